@@ -1,0 +1,10 @@
+// Package tokens holds fencegate's fencing-token model: the Token type and its
+// parsing, the source of election terms the gateway consults, the per-fence
+// in-memory high-water tracker, and the decision that turns a token, a
+// high-water mark and a term into accept or a refusal reason.
+//
+// Everything here is a fast path and a vocabulary. The decision made from
+// memory only ever refuses early or lets a write go on to the backend; the
+// backend's own check, atomic with the write, is what makes a write safe.
+// Nothing in this package talks to etcd or a database.
+package tokens

@@ -1,6 +1,10 @@
 package tokens
 
-import "github.com/fencegate/fencegate/election"
+import (
+	"math"
+
+	"github.com/fencegate/fencegate/election"
+)
 
 // Outcome is the result of deciding on a token from what is known in memory.
 type Outcome uint8
@@ -31,13 +35,19 @@ func (o Outcome) String() string {
 	return "outcome(?)"
 }
 
+// MaxTerm is the highest token a term can have: etcd revisions are int64.
+const MaxTerm = Token(math.MaxInt64)
+
 // Decide decides on token t for a fence whose known high-water mark is hw and
-// whose election is in term. It never returns Unknown: a token above
-// everything known is Verify, and only DecideVerified, given etcd's answer,
-// can call it unknown.
+// whose election is in term. A token above everything known is Verify: only
+// DecideVerified, given etcd's answer, can tell a new leader from a forgery.
+// Tokens above MaxTerm are Unknown without asking.
 func Decide(t, hw Token, term election.Term) Outcome {
-	if t < hw {
+	switch {
+	case t < hw:
 		return Stale
+	case t > MaxTerm:
+		return Unknown
 	}
 	switch rev := Token(term.Rev); {
 	case term.HasLeader() && t == rev:

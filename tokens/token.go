@@ -26,12 +26,13 @@ var (
 )
 
 // Parse parses a token as sent by a client: a decimal uint64 greater than 0,
-// digits only, no sign or spaces.
+// digits only, no sign, spaces or
+// leading zeros, so every token has one spelling.
 func Parse(s string) (Token, error) {
 	if s == "" {
 		return 0, ErrMissing
 	}
-	if len(s) > 20 {
+	if len(s) > 20 || s[0] == '0' {
 		return 0, ErrInvalid
 	}
 	for i := 0; i < len(s); i++ {

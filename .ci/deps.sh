@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Installs the system packages fencegate's build, tests and walkthrough need,
+# and only those a machine lacks. Fast and silent-ish when all are present.
+# As root it uses apt-get (Debian 12); otherwise it names what is missing and
+# fails.
+set -euo pipefail
+
+missing=()
+
+have() { command -v "$1" >/dev/null 2>&1; }
+
+# protoc and the well-known types it imports, for `make generate`.
+have protoc || missing+=(protobuf-compiler)
+[[ -f /usr/include/google/protobuf/struct.proto ]] || missing+=(libprotobuf-dev)
+# Throwaway Redis servers for tests and `fencegate dev`.
+have redis-server || missing+=(redis-server)
+# etcdctl for the walkthrough (etcd itself is embedded in the binary).
+have etcdctl || missing+=(etcd-client)
+
+# PostgreSQL server binaries: Debian keeps them off PATH.
+have_postgres() {
+	have postgres && return 0
+	local p
+	for p in /usr/lib/postgresql/*/bin/postgres; do
+		[[ -x $p ]] && return 0
+	done
+	return 1
+}
+have_postgres || missing+=(postgresql)
+
+if ((${#missing[@]} == 0)); then
+	echo "deps: all present"
+	exit 0
+fi
+
+if [[ $(id -u) -ne 0 ]] || ! have apt-get; then
+	echo "deps: missing ${missing[*]}; install them (Debian: sudo apt-get install -y ${missing[*]})" >&2
+	exit 1
+fi
+
+echo "deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+
+# Check again: a package that installed but did not provide what we look for
+# should fail here, not later in a test.
+have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
+	have redis-server && have etcdctl && have_postgres || {
+	echo "deps: still missing something after installing ${missing[*]}" >&2
+	exit 1
+}
+echo "deps: installed ${missing[*]}"

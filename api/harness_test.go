@@ -1,0 +1,269 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/fencegate/fencegate/api"
+	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
+	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/embedded"
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/postgres"
+	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
+)
+
+const prefix = "/fencegate/elections"
+
+// One etcd and one PostgreSQL for the whole package.
+var (
+	etcdEndpoints []string
+	pgDSN         string
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	ctx := context.Background()
+	dir, err := os.MkdirTemp("", "fencegate-api-test-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	etcd, err := embedded.Start(ctx, embedded.Config{Dir: dir + "/etcd"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer etcd.Close()
+	pg, err := throwaway.Start(ctx, throwaway.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer pg.Close()
+	etcdEndpoints, pgDSN = etcd.Endpoints(), pg.DSN()
+	return m.Run()
+}
+
+func newEtcdClient(t *testing.T) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// replica is one fencegate, wired as cmd/fencegate wires it, serving gRPC on
+// a loopback port and HTTP through httptest.
+type replica struct {
+	watcher *election.Watcher
+	reg     *prometheus.Registry
+	grpc    fencegatev1.GatewayClient
+	url     string
+	stop    context.CancelFunc // stops the watch: the replica's view freezes
+}
+
+// startReplica starts a replica. With watch false its election watch never
+// runs, so it knows only what its own etcd verification reads tell it.
+func startReplica(t *testing.T, watch bool) *replica {
+	t.Helper()
+	cli := newEtcdClient(t)
+	w, err := election.NewWatcher(cli, election.WatcherConfig{Prefix: prefix})
+	if err != nil {
+		t.Fatalf("watcher: %v", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	if watch {
+		wg.Add(1)
+		go func() { defer wg.Done(); _ = w.Run(ctx) }()
+		waitFor(t, "watch synced", w.Synced)
+	}
+
+	pg, err := postgres.Open(context.Background(), pgDSN, postgres.DefaultConfig())
+	if err != nil {
+		t.Fatalf("postgres: %v", err)
+	}
+	t.Cleanup(pg.Close)
+	if err := pg.Migrate(context.Background()); err != nil {
+		t.Fatalf("migrate: %v", err)
+	}
+	reg := prometheus.NewRegistry()
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	gw, err := proxy.New(proxy.DefaultConfig(), proxy.Options{Terms: w, Postgres: pg, Logger: log, Registerer: reg})
+	if err != nil {
+		t.Fatalf("proxy: %v", err)
+	}
+	srv := api.NewServer(gw, 64<<10)
+
+	gs := grpc.NewServer()
+	srv.Register(gs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wg.Add(1)
+	go func() { defer wg.Done(); _ = gs.Serve(lis) }()
+	t.Cleanup(gs.Stop)
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+
+	h, err := srv.HTTPHandler(ctx, api.HTTPConfig{
+		Ready:   func(ctx context.Context) error { return gw.Ready(ctx) },
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(h)
+	t.Cleanup(hs.Close)
+	return &replica{watcher: w, reg: reg, grpc: fencegatev1.NewGatewayClient(conn), url: hs.URL, stop: cancel}
+}
+
+// leader campaigns in election name the way `etcdctl elect` does and
+// returns once elected.
+type leader struct {
+	session *concurrency.Session
+	elec    *concurrency.Election
+	token   int64
+}
+
+func campaign(t *testing.T, cli *clientv3.Client, name, value string) *leader {
+	t.Helper()
+	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatalf("session: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	e := concurrency.NewElection(s, prefix+"/"+name)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := e.Campaign(ctx, value); err != nil {
+		t.Fatalf("campaign %s: %v", value, err)
+	}
+	return &leader{session: s, elec: e, token: e.Rev()}
+}
+
+func (l *leader) resign(t *testing.T) {
+	t.Helper()
+	if err := l.elec.Resign(context.Background()); err != nil {
+		t.Fatalf("resign: %v", err)
+	}
+}
+
+// waitFor polls cond until it holds or 10 s pass.
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+func waitTerm(t *testing.T, r *replica, name string, rev int64) {
+	t.Helper()
+	waitFor(t, fmt.Sprintf("term %d of %s", rev, name), func() bool { return r.watcher.Term(name).Rev == rev })
+}
+
+var nonName = regexp.MustCompile(`[^A-Za-z0-9]+`)
+
+// fenceName returns a fence name of its own for the test.
+func fenceName(t *testing.T) string {
+	return strings.Trim(nonName.ReplaceAllString(t.Name(), "-"), "-")
+}
+
+// httpReply is a decoded HTTP answer: the JSON body and, for errors, the
+// ErrorInfo reason and metadata.
+type httpReply struct {
+	code     int
+	body     map[string]any
+	reason   string
+	metadata map[string]any
+}
+
+func doHTTP(t *testing.T, method, url, token, body string) httpReply {
+	t.Helper()
+	req, err := http.NewRequest(method, url, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Fencing-Token", token)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("%s %s: %v", method, url, err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	r := httpReply{code: resp.StatusCode}
+	if err := json.Unmarshal(raw, &r.body); err != nil {
+		t.Fatalf("%s %s: body %q is not JSON: %v", method, url, raw, err)
+	}
+	if details, ok := r.body["details"].([]any); ok {
+		for _, d := range details {
+			d, _ := d.(map[string]any)
+			if d["@type"] == "type.googleapis.com/google.rpc.ErrorInfo" {
+				r.reason, _ = d["reason"].(string)
+				r.metadata, _ = d["metadata"].(map[string]any)
+			}
+		}
+	}
+	return r
+}
+
+func sqlBody(stmts ...string) string {
+	var b strings.Builder
+	b.WriteString(`{"statements":[`)
+	for i, s := range stmts {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(s)
+	}
+	b.WriteString(`]}`)
+	return b.String()
+}
+
+func execHTTP(t *testing.T, r *replica, fence string, token int64, stmts ...string) httpReply {
+	t.Helper()
+	tok := ""
+	if token != 0 {
+		tok = fmt.Sprint(token)
+	}
+	return doHTTP(t, http.MethodPost, r.url+"/v1/fences/"+fence+"/sql", tok, sqlBody(stmts...))
+}

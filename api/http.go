@@ -1,0 +1,86 @@
+package api
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/encoding/protojson"
+
+	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
+	"github.com/fencegate/fencegate/tokens"
+)
+
+// HTTPConfig configures the HTTP side: the JSON gateway and the operations
+// endpoints.
+type HTTPConfig struct {
+	// Ready answers /readyz: nil when ready, else the reason.
+	Ready func(ctx context.Context) error
+	// Metrics serves /metrics; nil serves 404.
+	Metrics http.Handler
+}
+
+// jsonMarshaler writes every field, zero or not, so clients always find
+// rowsAffected, hasLeader and the like; unknown request fields are refused.
+var jsonMarshaler = &runtime.JSONPb{MarshalOptions: protojson.MarshalOptions{EmitUnpopulated: true}}
+
+// HTTPHandler serves the Gateway as HTTP/JSON under /v1/ (grpc-gateway,
+// registered in-process: no loopback gRPC hop) plus /healthz, /readyz and
+// /metrics.
+func (s *Server) HTTPHandler(ctx context.Context, cfg HTTPConfig) (http.Handler, error) {
+	gw := runtime.NewServeMux(
+		runtime.WithIncomingHeaderMatcher(headerMatcher),
+		runtime.WithErrorHandler(errorHandler),
+		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler),
+	)
+	if err := fencegatev1.RegisterGatewayHandlerServer(ctx, gw, s); err != nil {
+		return nil, fmt.Errorf("api: register gateway: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/v1/", s.limitBody(gw))
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /readyz", func(w http.ResponseWriter, r *http.Request) {
+		if cfg.Ready != nil {
+			if err := cfg.Ready(r.Context()); err != nil {
+				http.Error(w, "not ready: "+err.Error(), http.StatusServiceUnavailable)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok\n"))
+	})
+	if cfg.Metrics != nil {
+		mux.Handle("GET /metrics", cfg.Metrics)
+	}
+	return mux, nil
+}
+
+// limitBody refuses bodies over the limit before grpc-gateway reads them.
+func (s *Server) limitBody(gw *runtime.ServeMux) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > int64(s.maxBody) {
+			st := refusalStatus(tokens.Refuse(tokens.ReasonInvalidRequest, "", 0,
+				"request body is %d bytes, limit is %d", r.ContentLength, s.maxBody))
+			runtime.DefaultHTTPErrorHandler(r.Context(), gw, jsonMarshaler, w, r, st.Err())
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody))
+		gw.ServeHTTP(w, r)
+	})
+}
+
+func headerMatcher(key string) (string, bool) {
+	if strings.EqualFold(key, tokens.Header) {
+		return tokens.MetadataKey, true
+	}
+	return runtime.DefaultHeaderMatcher(key)
+}
+
+func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	st := withReason(status.Convert(err))
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, st.Err())
+}

@@ -1,0 +1,185 @@
+package api
+
+import (
+	"context"
+	"strconv"
+	"strings"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/postgres"
+	"github.com/fencegate/fencegate/tokens"
+)
+
+// Server implements fencegatev1.GatewayServer on top of a proxy.Gateway.
+type Server struct {
+	fencegatev1.UnimplementedGatewayServer
+
+	gw      *proxy.Gateway
+	maxBody int
+}
+
+// NewServer returns a server answering with gw; requests larger than
+// maxBody bytes are refused with INVALID_REQUEST.
+func NewServer(gw *proxy.Gateway, maxBody int) *Server {
+	return &Server{gw: gw, maxBody: maxBody}
+}
+
+// Register registers the Gateway service on s.
+func (s *Server) Register(gs *grpc.Server) {
+	fencegatev1.RegisterGatewayServer(gs, s)
+}
+
+// tokenFrom returns the fencing token sent with the request: gRPC metadata,
+// or the HTTP header as forwarded by grpc-gateway. More than one value is
+// refused as an invalid token.
+func tokenFrom(ctx context.Context) string {
+	md, _ := metadata.FromIncomingContext(ctx)
+	vs := md.Get(tokens.MetadataKey)
+	switch len(vs) {
+	case 0:
+		return ""
+	case 1:
+		return vs[0]
+	default:
+		return strings.Join(vs, ",")
+	}
+}
+
+func (s *Server) tooBig(m proto.Message, fence string) error {
+	if n := proto.Size(m); n > s.maxBody {
+		return statusError(tokens.Refuse(tokens.ReasonInvalidRequest, fence, 0, "request is %d bytes, limit is %d", n, s.maxBody))
+	}
+	return nil
+}
+
+// Exec implements rpc Gateway.Exec.
+func (s *Server) Exec(ctx context.Context, req *fencegatev1.ExecRequest) (*fencegatev1.ExecResponse, error) {
+	if err := s.tooBig(req, req.GetFence()); err != nil {
+		return nil, err
+	}
+	stmts := make([]postgres.Statement, len(req.Statements))
+	for i, st := range req.Statements {
+		stmts[i] = postgres.Statement{SQL: st.GetSql(), Params: params(st.GetParams())}
+	}
+	t, res, err := s.gw.Exec(ctx, req.GetFence(), tokenFrom(ctx), stmts)
+	if err != nil {
+		return nil, statusError(err)
+	}
+	out := &fencegatev1.ExecResponse{Fence: req.GetFence(), Token: uint64(t), Results: make([]*fencegatev1.StatementResult, len(res))}
+	for i := range res {
+		r, err := statementResult(&res[i])
+		if err != nil {
+			return nil, statusError(err)
+		}
+		out.Results[i] = r
+	}
+	return out, nil
+}
+
+// GetFence implements rpc Gateway.GetFence.
+func (s *Server) GetFence(ctx context.Context, req *fencegatev1.GetFenceRequest) (*fencegatev1.Fence, error) {
+	f, err := s.gw.Fence(ctx, req.GetFence())
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return fenceMessage(f), nil
+}
+
+// ListFences implements rpc Gateway.ListFences.
+func (s *Server) ListFences(ctx context.Context, _ *fencegatev1.ListFencesRequest) (*fencegatev1.ListFencesResponse, error) {
+	fs, err := s.gw.Fences(ctx)
+	if err != nil {
+		return nil, statusError(err)
+	}
+	out := &fencegatev1.ListFencesResponse{Fences: make([]*fencegatev1.Fence, len(fs))}
+	for i, f := range fs {
+		out.Fences[i] = fenceMessage(f)
+	}
+	return out, nil
+}
+
+func fenceMessage(f proxy.FenceState) *fencegatev1.Fence {
+	return &fencegatev1.Fence{
+		Name:      f.Name,
+		HighWater: uint64(f.HighWater),
+		Term:      uint64(f.Term.Rev),
+		Leader:    f.Term.Leader,
+		HasLeader: f.Term.HasLeader(),
+	}
+}
+
+// params turns JSON values into Go values for pgx: numbers that are whole
+// become int64 so they fit integer columns.
+func params(vs []*structpb.Value) []any {
+	if len(vs) == 0 {
+		return nil
+	}
+	out := make([]any, len(vs))
+	for i, v := range vs {
+		out[i] = goValue(v)
+	}
+	return out
+}
+
+func goValue(v *structpb.Value) any {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		f := k.NumberValue
+		if f == float64(int64(f)) && f >= -(1<<53) && f <= 1<<53 {
+			return int64(f)
+		}
+		return f
+	case *structpb.Value_StringValue:
+		return k.StringValue
+	case *structpb.Value_BoolValue:
+		return k.BoolValue
+	case *structpb.Value_NullValue, nil:
+		return nil
+	default:
+		return v.AsInterface()
+	}
+}
+
+func statementResult(r *postgres.Result) (*fencegatev1.StatementResult, error) {
+	out := &fencegatev1.StatementResult{RowsAffected: r.RowsAffected, Columns: r.Columns}
+	if len(r.Rows) > 0 {
+		out.Rows = make([]*structpb.ListValue, len(r.Rows))
+	}
+	for i, row := range r.Rows {
+		lv := &structpb.ListValue{Values: make([]*structpb.Value, len(row))}
+		for j, v := range row {
+			pv, err := jsonValue(v)
+			if err != nil {
+				return nil, err
+			}
+			lv.Values[j] = pv
+		}
+		out.Rows[i] = lv
+	}
+	return out, nil
+}
+
+// jsonValue converts a result value to a protobuf Value; integers beyond
+// 2^53, which a JSON number cannot carry exactly, become decimal strings.
+func jsonValue(v any) (*structpb.Value, error) {
+	switch x := v.(type) {
+	case int64:
+		if x > 1<<53 || x < -(1<<53) {
+			return structpb.NewStringValue(strconv.FormatInt(x, 10)), nil
+		}
+		return structpb.NewNumberValue(float64(x)), nil
+	case int32:
+		return structpb.NewNumberValue(float64(x)), nil
+	case int16:
+		return structpb.NewNumberValue(float64(x)), nil
+	case int:
+		return jsonValue(int64(x))
+	}
+	return structpb.NewValue(v)
+}

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/postgres"
+)
+
+// serveConfig is everything `fencegate serve` is configured with.
+type serveConfig struct {
+	EtcdEndpoints   string
+	EtcdDialTimeout time.Duration
+	ElectionPrefix  string
+	PostgresDSN     string
+	RedisAddr       string
+	GRPCAddr        string
+	HTTPAddr        string
+	LogFormat       string
+	LogLevel        string
+	MaxBodyBytes    int
+	ShutdownTimeout time.Duration
+	Proxy           proxy.Config
+	Postgres        postgres.Config
+}
+
+func defaultServeConfig() serveConfig {
+	return serveConfig{
+		EtcdEndpoints:   "127.0.0.1:2379",
+		EtcdDialTimeout: 5 * time.Second,
+		ElectionPrefix:  "/fencegate/elections",
+		GRPCAddr:        "127.0.0.1:7070",
+		HTTPAddr:        "127.0.0.1:7080",
+		LogFormat:       "text",
+		LogLevel:        "info",
+		MaxBodyBytes:    1 << 20,
+		ShutdownTimeout: 10 * time.Second,
+		Proxy:           proxy.DefaultConfig(),
+		Postgres:        postgres.DefaultConfig(),
+	}
+}
+
+// register defines the serve flags on fs, with c's values as defaults.
+func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
+	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client endpoints")
+	fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", c.EtcdDialTimeout, "how long to wait for etcd at start")
+	fs.StringVar(&c.ElectionPrefix, "election-prefix", c.ElectionPrefix, "elections live under `<prefix>`/<name>/")
+	if backends {
+		fs.StringVar(&c.PostgresDSN, "postgres-dsn", c.PostgresDSN, "PostgreSQL connection string; enables /sql")
+		fs.StringVar(&c.RedisAddr, "redis-addr", c.RedisAddr, "Redis host:port; enables /redis")
+	}
+	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
+	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP/JSON, health and metrics listen address")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
+	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request accepted, in bytes")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", c.ShutdownTimeout, "how long to drain requests on SIGINT/SIGTERM")
+	fs.IntVar(&c.Proxy.MaxStatements, "max-statements", c.Proxy.MaxStatements, "most statements or commands in one write")
+	fs.IntVar(&c.Proxy.MaxParams, "max-params", c.Proxy.MaxParams, "most parameters of one statement")
+	fs.DurationVar(&c.Proxy.VerifyTimeout, "verify-timeout", c.Proxy.VerifyTimeout, "deadline of the etcd read that verifies a new term")
+	fs.DurationVar(&c.Postgres.StatementTimeout, "statement-timeout", c.Postgres.StatementTimeout, "PostgreSQL statement_timeout of fenced writes")
+	var maxConns int = int(c.Postgres.MaxConns)
+	fs.Func("postgres-max-conns", fmt.Sprintf("most PostgreSQL connections in the pool (default %d)", maxConns), func(s string) error {
+		var n int32
+		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
+			return errors.New("want a positive integer")
+		}
+		c.Postgres.MaxConns = n
+		return nil
+	})
+}
+
+func (c *serveConfig) validate() error {
+	if strings.TrimSpace(c.EtcdEndpoints) == "" {
+		return errors.New("--etcd-endpoints is empty")
+	}
+	if c.MaxBodyBytes < 1024 {
+		return fmt.Errorf("--max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
+	}
+	if err := c.Proxy.Validate(); err != nil {
+		return err
+	}
+	return nil
+}
+
+func (c *serveConfig) endpoints() []string {
+	var out []string
+	for _, e := range strings.Split(c.EtcdEndpoints, ",") {
+		if e = strings.TrimSpace(e); e != "" {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+// parseFlags parses args into fs, then fills every flag not given on the
+// command line from the environment variable FENCEGATE_<FLAG> (upper case,
+// '-' as '_'). --help prints the usage to stdout.
+func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, summary string) error {
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		out := fs.Output()
+		fmt.Fprintf(out, "Usage: fencegate %s [flags]\n\n%s\n\nFlags (each also read from FENCEGATE_<FLAG>, e.g. FENCEGATE_POSTGRES_DSN):\n", fs.Name(), summary)
+		fs.PrintDefaults()
+	}
+	for _, a := range args {
+		if a == "-h" || a == "--help" || a == "-help" {
+			fs.SetOutput(stdout)
+			fs.Usage()
+			return flag.ErrHelp
+		}
+	}
+	if err := fs.Parse(args); err != nil {
+		return errUsage
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "fencegate %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
+		return errUsage
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		if set[f.Name] || err != nil {
+			return
+		}
+		env := "FENCEGATE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := os.LookupEnv(env); ok {
+			if e := fs.Set(f.Name, v); e != nil {
+				err = fmt.Errorf("%s=%q: %w", env, v, e)
+			}
+		}
+	})
+	return err
+}

@@ -1,0 +1,70 @@
+// Command fencegate is the fencing-token enforcing storage gateway: workers
+// elected in etcd write to PostgreSQL (and Redis) through it, and it refuses
+// writes from stale, ended and forged terms. See README.md.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `fencegate: a storage gateway that refuses writes from stale leaders.
+
+Usage:
+  fencegate <command> [flags]
+
+Commands:
+  serve     serve the gateway against etcd and PostgreSQL
+  dev       serve on embedded defaults: embedded etcd, throwaway PostgreSQL
+  migrate   apply fencegate's schema to PostgreSQL and exit
+  version   print the version and exit
+
+Run 'fencegate <command> --help' for a command's flags.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		os.Exit(2)
+	default:
+		fmt.Fprintln(os.Stderr, "fencegate:", err)
+		os.Exit(1)
+	}
+}
+
+// errUsage is returned after a usage message has been printed.
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return errUsage
+	}
+	switch cmd, rest := args[0], args[1:]; cmd {
+	case "serve":
+		return runServe(ctx, rest, stdout, stderr)
+	case "dev":
+		return runDev(ctx, rest, stdout, stderr)
+	case "migrate":
+		return runMigrate(ctx, rest, stdout, stderr)
+	case "version", "--version", "-version":
+		fmt.Fprintln(stdout, "fencegate", version())
+		return nil
+	case "help", "-h", "--help", "-help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		fmt.Fprintf(stderr, "fencegate: unknown command %q\n\n%s", cmd, usage)
+		return errUsage
+	}
+}

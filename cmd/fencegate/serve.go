@@ -1,0 +1,204 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/reflection"
+
+	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/postgres"
+)
+
+const serveSummary = `Serve the gateway: watch elections in etcd, accept fenced writes over gRPC
+and HTTP/JSON, and apply them to PostgreSQL. At least one backend is required.`
+
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg := defaultServeConfig()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	cfg.register(fs, true)
+	if err := parseFlags(fs, args, stdout, stderr, serveSummary); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
+	if err != nil {
+		return err
+	}
+	return serve(ctx, cfg, log, nil)
+}
+
+// newLogger builds the process logger.
+func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+}
+
+// serve runs the gateway until ctx is cancelled, then drains and stops.
+// started, when not nil, is called once both listeners are up.
+func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func()) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	switch {
+	case cfg.RedisAddr != "":
+		return errors.New("--redis-addr: the Redis backend is not available in this version")
+	case cfg.PostgresDSN == "":
+		return errors.New("no backend configured: set --postgres-dsn (or FENCEGATE_POSTGRES_DSN)")
+	}
+
+	etcd, err := dialEtcd(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+
+	pg, err := postgres.Open(ctx, cfg.PostgresDSN, cfg.Postgres)
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	if err := pg.Migrate(ctx); err != nil {
+		return err
+	}
+
+	watcher, err := election.NewWatcher(etcd, election.WatcherConfig{
+		Prefix: cfg.ElectionPrefix,
+		Logger: log,
+		OnChange: func(old, cur election.Term) {
+			log.Info("term changed", "election", cur.Election, "term", cur.Rev, "leader", cur.Leader,
+				"previous_term", old.Rev, "has_leader", cur.HasLeader())
+		},
+	})
+	if err != nil {
+		return err
+	}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	gw, err := proxy.New(cfg.Proxy, proxy.Options{Terms: watcher, Postgres: pg, Logger: log, Registerer: reg})
+	if err != nil {
+		return err
+	}
+	srv := api.NewServer(gw, cfg.MaxBodyBytes)
+
+	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
+	if err != nil {
+		return fmt.Errorf("--grpc-addr: %w", err)
+	}
+	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		grpcLis.Close()
+		return fmt.Errorf("--http-addr: %w", err)
+	}
+
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(2 * cfg.MaxBodyBytes))
+	srv.Register(gs)
+	reflection.Register(gs)
+
+	ready := func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		if !watcher.Synced() {
+			return errors.New("election watch not synced with etcd")
+		}
+		if _, err := etcd.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
+			return fmt.Errorf("etcd: %w", err)
+		}
+		return gw.Ready(ctx)
+	}
+	handler, err := srv.HTTPHandler(ctx, api.HTTPConfig{
+		Ready:   ready,
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+	})
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+
+	g, gctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return watcher.Run(gctx) })
+	g.Go(func() error {
+		if err := gs.Serve(grpcLis); err != nil {
+			return fmt.Errorf("grpc: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		if err := hs.Serve(httpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return fmt.Errorf("http: %w", err)
+		}
+		return nil
+	})
+	g.Go(func() error {
+		<-gctx.Done()
+		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
+		defer cancel()
+		done := make(chan struct{})
+		go func() { gs.GracefulStop(); close(done) }()
+		_ = hs.Shutdown(sctx)
+		select {
+		case <-done:
+		case <-sctx.Done():
+			gs.Stop()
+		}
+		return nil
+	})
+	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
+		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix, "version", version())
+	if started != nil {
+		started()
+	}
+	err = g.Wait()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// dialEtcd connects to etcd and checks it answers, so a wrong endpoint is
+// one clear line at start rather than a hang.
+func dialEtcd(ctx context.Context, cfg serveConfig) (*clientv3.Client, error) {
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   cfg.endpoints(),
+		DialTimeout: cfg.EtcdDialTimeout,
+		Context:     ctx,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("etcd at %s: %w", cfg.EtcdEndpoints, err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
+	defer cancel()
+	if _, err := cli.Get(cctx, "health", clientv3.WithCountOnly()); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("etcd at %s is unreachable: %w", cfg.EtcdEndpoints, err)
+	}
+	return cli, nil
+}

@@ -1,0 +1,66 @@
+package proxy
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config holds the pipeline's request limits.
+type Config struct {
+	// MaxStatements is the most statements (or commands) in one write.
+	MaxStatements int
+	// MaxParams is the most parameters of one statement.
+	MaxParams int
+	// MaxFenceName is the longest fence name accepted, in bytes.
+	MaxFenceName int
+	// VerifyTimeout bounds the linearizable etcd read that checks a token
+	// above everything this replica knows.
+	VerifyTimeout time.Duration
+}
+
+// DefaultConfig returns the limits fencegate serves with unless told
+// otherwise.
+func DefaultConfig() Config {
+	return Config{
+		MaxStatements: 64,
+		MaxParams:     1024,
+		MaxFenceName:  128,
+		VerifyTimeout: 2 * time.Second,
+	}
+}
+
+// Validate reports the first field that is out of range.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxStatements < 1:
+		return fmt.Errorf("proxy: max statements must be at least 1, got %d", c.MaxStatements)
+	case c.MaxParams < 0 || c.MaxParams > 65535:
+		return fmt.Errorf("proxy: max params must be in [0, 65535], got %d", c.MaxParams)
+	case c.MaxFenceName < 1 || c.MaxFenceName > 1024:
+		return fmt.Errorf("proxy: max fence name must be in [1, 1024], got %d", c.MaxFenceName)
+	case c.VerifyTimeout <= 0:
+		return errors.New("proxy: verify timeout must be positive")
+	}
+	return nil
+}
+
+// ValidFenceName reports whether name is a usable fence name: 1 to max
+// bytes of ASCII letters, digits, '.', '_' and '-', starting with a letter
+// or digit. The same name is an etcd path segment and a Redis hash tag, so
+// '/', '{' and '}' are out.
+func ValidFenceName(name string, max int) bool {
+	if name == "" || len(name) > max {
+		return false
+	}
+	for i := 0; i < len(name); i++ {
+		c := name[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case i > 0 && (c == '.' || c == '_' || c == '-'):
+		default:
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,140 @@
+package proxy
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/tokens"
+)
+
+// Backend names, as used in the backend metric label.
+const (
+	BackendPostgres = "postgres"
+	BackendRedis    = "redis"
+)
+
+// outcomes lists every request outcome: accepted, then each refusal reason.
+var outcomes = []tokens.Reason{
+	"", // accepted
+	tokens.ReasonMissingToken,
+	tokens.ReasonInvalidToken,
+	tokens.ReasonInvalidRequest,
+	tokens.ReasonStaleToken,
+	tokens.ReasonTermEnded,
+	tokens.ReasonUnknownTerm,
+	tokens.ReasonStatementFailed,
+	tokens.ReasonCommandNotAllowed,
+	tokens.ReasonBackendUnavailable,
+	tokens.ReasonEtcdUnavailable,
+}
+
+var backends = [...]string{BackendPostgres, BackendRedis}
+
+func outcomeLabel(r tokens.Reason) string {
+	if r == "" {
+		return "accepted"
+	}
+	return r.Label()
+}
+
+// Metrics are the pipeline's request metrics. Children for every backend and
+// outcome are made up front so the hot path does no label lookup.
+type Metrics struct {
+	requests   *prometheus.CounterVec
+	rejections *prometheus.CounterVec
+	duration   *prometheus.HistogramVec
+
+	byOutcome map[tokens.Reason]int
+	counters  [len(backends)][]prometheus.Counter
+	observers [len(backends)][]prometheus.Observer
+}
+
+// NewMetrics registers the pipeline's metrics on reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_requests_total",
+			Help: "Fenced write requests by backend and outcome (accepted, or the refusal reason).",
+		}, []string{"backend", "outcome"}),
+		rejections: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_rejections_total",
+			Help: "Refused fenced writes by fence and reason.",
+		}, []string{"fence", "reason"}),
+		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "fencegate_request_duration_seconds",
+			Help:    "Time to answer a fenced write, by backend and outcome.",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
+		}, []string{"backend", "outcome"}),
+		byOutcome: make(map[tokens.Reason]int, len(outcomes)),
+	}
+	for i, o := range outcomes {
+		m.byOutcome[o] = i
+	}
+	for b, backend := range backends {
+		for _, o := range outcomes {
+			m.counters[b] = append(m.counters[b], m.requests.WithLabelValues(backend, outcomeLabel(o)))
+			m.observers[b] = append(m.observers[b], m.duration.WithLabelValues(backend, outcomeLabel(o)))
+		}
+	}
+	reg.MustRegister(m.requests, m.rejections, m.duration)
+	return m
+}
+
+func (m *Metrics) observe(backend int, fence string, reason tokens.Reason, seconds float64) {
+	if m == nil {
+		return
+	}
+	i := m.byOutcome[reason]
+	m.counters[backend][i].Inc()
+	m.observers[backend][i].Observe(seconds)
+	if reason != "" {
+		// Bad fence names would blow up the label set; count them apart.
+		if reason == tokens.ReasonInvalidRequest {
+			fence = ""
+		}
+		m.rejections.WithLabelValues(fence, reason.Label()).Inc()
+	}
+}
+
+// stateCollector exports the replica's view of terms and high-water marks at
+// scrape time, so the write path pays nothing for them.
+type stateCollector struct {
+	g *Gateway
+
+	highWater, term, hasLeader, changes *prometheus.Desc
+}
+
+func newStateCollector(g *Gateway) *stateCollector {
+	return &stateCollector{
+		g: g,
+		highWater: prometheus.NewDesc("fencegate_fence_high_water",
+			"Highest token this replica has seen accepted for the fence.", []string{"fence"}, nil),
+		term: prometheus.NewDesc("fencegate_election_term",
+			"Current term of the election (leader key create revision); 0 when no leader.", []string{"election"}, nil),
+		hasLeader: prometheus.NewDesc("fencegate_election_has_leader",
+			"1 when the election has a leader, else 0.", []string{"election"}, nil),
+		changes: prometheus.NewDesc("fencegate_term_changes_total",
+			"Leadership changes observed in the election (new leader or leader gone).", []string{"election"}, nil),
+	}
+}
+
+func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- c.highWater
+	ch <- c.term
+	ch <- c.hasLeader
+	ch <- c.changes
+}
+
+func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c.g.tracker.Range(func(fence string, hw tokens.Token) {
+		ch <- prometheus.MustNewConstMetric(c.highWater, prometheus.GaugeValue, float64(hw), fence)
+	})
+	for _, t := range c.g.terms.Terms() {
+		has := 0.0
+		if t.HasLeader() {
+			has = 1
+		}
+		ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(t.Rev), t.Election)
+		ch <- prometheus.MustNewConstMetric(c.hasLeader, prometheus.GaugeValue, has, t.Election)
+		ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(t.Changes), t.Election)
+	}
+}

@@ -3,7 +3,7 @@ package api_test
 import (
 	"context"
 	"fmt"
-	"strings"
+	"runtime"
 	"sync/atomic"
 	"testing"
 
@@ -13,6 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // benchClients is the number of concurrent clients of the benchmarks:
@@ -20,7 +21,7 @@ import (
 const benchClients = 16
 
 func benchParallelism(b *testing.B) {
-	p := (benchClients + b.N*0) / maxProcs()
+	p := benchClients / runtime.GOMAXPROCS(0)
 	if p < 1 {
 		p = 1
 	}
@@ -33,14 +34,15 @@ func benchParallelism(b *testing.B) {
 // Compare the two ns/op figures of one run.
 func BenchmarkFencedWrite(b *testing.B) {
 	ctx := context.Background()
-	t := &testing.T{}
-	_ = t
 	c, err := pgx.Connect(ctx, pgDSN)
 	if err != nil {
 		b.Fatal(err)
 	}
 	defer c.Close(ctx)
 	if _, err := c.Exec(ctx, `DROP TABLE IF EXISTS bench_ledger; CREATE TABLE bench_ledger(id bigserial primary key, worker text not null, token bigint not null)`); err != nil {
+		b.Fatal(err)
+	}
+	if err := migrations.Apply(ctx, c); err != nil {
 		b.Fatal(err)
 	}
 	insertSQL := "INSERT INTO bench_ledger(worker, token) VALUES ($1, $2)"
@@ -69,15 +71,15 @@ func BenchmarkFencedWrite(b *testing.B) {
 	})
 
 	b.Run("fencegate-grpc", func(b *testing.B) {
-		r := startReplicaB(b)
-		cli := newEtcdClientB(b)
+		r := startReplica(b, true)
+		cli := newEtcdClient(b)
 		// One fence and one leader per client.
 		leaders := make([]*leader, benchClients*2)
 		for i := range leaders {
-			leaders[i] = campaignB(b, cli, fmt.Sprintf("bench-grpc-%d", i), "w")
+			leaders[i] = campaign(b, cli, fmt.Sprintf("bench-grpc-%d", i), "w")
 		}
 		for i, l := range leaders {
-			waitForB(b, func() bool { return r.watcher.Term(fmt.Sprintf("bench-grpc-%d", i)).Rev == l.token })
+			waitTerm(b, r, fmt.Sprintf("bench-grpc-%d", i), l.token)
 		}
 		var next atomic.Int64
 		benchParallelism(b)
@@ -99,5 +101,3 @@ func BenchmarkFencedWrite(b *testing.B) {
 		})
 	})
 }
-
-var _ = strings.Repeat

@@ -69,7 +69,7 @@ func runMain(m *testing.M) int {
 	return m.Run()
 }
 
-func newEtcdClient(t *testing.T) *clientv3.Client {
+func newEtcdClient(t testing.TB) *clientv3.Client {
 	t.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -91,7 +91,7 @@ type replica struct {
 
 // startReplica starts a replica. With watch false its election watch never
 // runs, so it knows only what its own etcd verification reads tell it.
-func startReplica(t *testing.T, watch bool) *replica {
+func startReplica(t testing.TB, watch bool) *replica {
 	t.Helper()
 	cli := newEtcdClient(t)
 	w, err := election.NewWatcher(cli, election.WatcherConfig{Prefix: prefix})
@@ -158,7 +158,7 @@ type leader struct {
 	token   int64
 }
 
-func campaign(t *testing.T, cli *clientv3.Client, name, value string) *leader {
+func campaign(t testing.TB, cli *clientv3.Client, name, value string) *leader {
 	t.Helper()
 	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
 	if err != nil {
@@ -174,7 +174,7 @@ func campaign(t *testing.T, cli *clientv3.Client, name, value string) *leader {
 	return &leader{session: s, elec: e, token: e.Rev()}
 }
 
-func (l *leader) resign(t *testing.T) {
+func (l *leader) resign(t testing.TB) {
 	t.Helper()
 	if err := l.elec.Resign(context.Background()); err != nil {
 		t.Fatalf("resign: %v", err)
@@ -182,7 +182,7 @@ func (l *leader) resign(t *testing.T) {
 }
 
 // waitFor polls cond until it holds or 10 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
+func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
@@ -193,7 +193,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 	}
 }
 
-func waitTerm(t *testing.T, r *replica, name string, rev int64) {
+func waitTerm(t testing.TB, r *replica, name string, rev int64) {
 	t.Helper()
 	waitFor(t, fmt.Sprintf("term %d of %s", rev, name), func() bool { return r.watcher.Term(name).Rev == rev })
 }

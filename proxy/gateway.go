@@ -78,7 +78,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		g.now = time.Now
 	}
 	if opts.Registerer != nil {
-		g.metrics = NewMetrics(opts.Registerer)
+		g.metrics = NewMetrics(opts.Registerer, BackendPostgres)
 		opts.Registerer.MustRegister(newStateCollector(g))
 	}
 	return g, nil

@@ -29,6 +29,9 @@ var outcomes = []tokens.Reason{
 
 var backends = [...]string{BackendPostgres, BackendRedis}
 
+// maxFenceLabel bounds the fence names used as label values.
+const maxFenceLabel = 128
+
 func outcomeLabel(r tokens.Reason) string {
 	if r == "" {
 		return "accepted"
@@ -36,20 +39,22 @@ func outcomeLabel(r tokens.Reason) string {
 	return r.Label()
 }
 
-// Metrics are the pipeline's request metrics. Children for every backend and
-// outcome are made up front so the hot path does no label lookup.
+// Metrics are the pipeline's request metrics. Counters for every outcome of
+// the configured backends exist from the start, so rate() sees zeros; the
+// hot path (accepted writes) uses children made up front and does no label
+// lookup.
 type Metrics struct {
 	requests   *prometheus.CounterVec
 	rejections *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 
-	byOutcome map[tokens.Reason]int
-	counters  [len(backends)][]prometheus.Counter
-	observers [len(backends)][]prometheus.Observer
+	accepted         [len(backends)]prometheus.Counter
+	acceptedDuration [len(backends)]prometheus.Observer
 }
 
-// NewMetrics registers the pipeline's metrics on reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// NewMetrics registers the pipeline's metrics on reg, with children for
+// the named backends.
+func NewMetrics(reg prometheus.Registerer, enabled ...string) *Metrics {
 	m := &Metrics{
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "fencegate_requests_total",
@@ -64,15 +69,14 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Help:    "Time to answer a fenced write, by backend and outcome.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"backend", "outcome"}),
-		byOutcome: make(map[tokens.Reason]int, len(outcomes)),
-	}
-	for i, o := range outcomes {
-		m.byOutcome[o] = i
 	}
 	for b, backend := range backends {
+		m.accepted[b] = m.requests.WithLabelValues(backend, "accepted")
+		m.acceptedDuration[b] = m.duration.WithLabelValues(backend, "accepted")
+	}
+	for _, backend := range enabled {
 		for _, o := range outcomes {
-			m.counters[b] = append(m.counters[b], m.requests.WithLabelValues(backend, outcomeLabel(o)))
-			m.observers[b] = append(m.observers[b], m.duration.WithLabelValues(backend, outcomeLabel(o)))
+			m.requests.WithLabelValues(backend, outcomeLabel(o))
 		}
 	}
 	reg.MustRegister(m.requests, m.rejections, m.duration)
@@ -83,16 +87,19 @@ func (m *Metrics) observe(backend int, fence string, reason tokens.Reason, secon
 	if m == nil {
 		return
 	}
-	i := m.byOutcome[reason]
-	m.counters[backend][i].Inc()
-	m.observers[backend][i].Observe(seconds)
-	if reason != "" {
-		// Bad fence names would blow up the label set; count them apart.
-		if reason == tokens.ReasonInvalidRequest {
-			fence = ""
-		}
-		m.rejections.WithLabelValues(fence, reason.Label()).Inc()
+	if reason == "" {
+		m.accepted[backend].Inc()
+		m.acceptedDuration[backend].Observe(seconds)
+		return
 	}
+	label := reason.Label()
+	m.requests.WithLabelValues(backends[backend], label).Inc()
+	m.duration.WithLabelValues(backends[backend], label).Observe(seconds)
+	// Bad fence names would blow up the label set; count them apart.
+	if !ValidFenceName(fence, maxFenceLabel) {
+		fence = ""
+	}
+	m.rejections.WithLabelValues(fence, label).Inc()
 }
 
 // stateCollector exports the replica's view of terms and high-water marks at

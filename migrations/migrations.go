@@ -1,0 +1,101 @@
+package migrations
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/tern/v2/migrate"
+)
+
+// StaleSQLState is the SQLSTATE fencegate.advance raises for a token below
+// the fence's high-water mark. Its DETAIL is "high_water=<n>".
+const StaleSQLState = "FG001"
+
+// VersionTable is where tern records the applied schema version.
+const VersionTable = "fencegate.schema_version"
+
+// lockKey is the advisory lock Apply holds; arbitrary, distinct from tern's.
+const lockKey int64 = 0x66656e6365676174 // "fencegat"
+
+//go:embed sql/*.sql
+var files embed.FS
+
+// FS returns the migration files: NNN_name.sql, in tern's format.
+func FS() fs.FS {
+	sub, err := fs.Sub(files, "sql")
+	if err != nil {
+		panic(err) // the embedded directory always exists
+	}
+	return sub
+}
+
+// Apply brings fencegate's schema up to the latest version on conn. It is
+// idempotent and safe to call concurrently from many processes (see the
+// package doc). It changes conn's session state: it runs RESET ALL after each
+// migration. The waits on the advisory lock are subject to conn's
+// statement_timeout and lock_timeout; cancelling ctx aborts the wait, in
+// which case the caller should close conn rather than reuse it.
+func Apply(ctx context.Context, conn *pgx.Conn) (err error) {
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey); err != nil {
+		return fmt.Errorf("migrations: take advisory lock: %w", err)
+	}
+	defer func() {
+		// Released even when ctx is done: a session lock outlives the
+		// request that took it.
+		_, unlockErr := conn.Exec(context.WithoutCancel(ctx), "SELECT pg_advisory_unlock($1)", lockKey)
+		if err == nil && unlockErr != nil {
+			err = fmt.Errorf("migrations: release advisory lock: %w", unlockErr)
+		}
+	}()
+	// tern's version table lives in the schema, so it must exist first.
+	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS fencegate"); err != nil {
+		return fmt.Errorf("migrations: create schema fencegate: %w", err)
+	}
+	m, err := migrate.NewMigrator(ctx, conn, VersionTable)
+	if err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	if err := m.LoadMigrations(FS()); err != nil {
+		return fmt.Errorf("migrations: load: %w", err)
+	}
+	current, err := m.GetCurrentVersion(ctx)
+	if err != nil {
+		return fmt.Errorf("migrations: read version: %w", err)
+	}
+	if latest := Latest(); current >= latest {
+		// Up to date, or migrated by a newer fencegate: leave it alone.
+		return nil
+	}
+	if err := m.Migrate(ctx); err != nil {
+		return fmt.Errorf("migrations: %w", err)
+	}
+	return nil
+}
+
+// Latest returns the schema version this binary's migrations lead to.
+func Latest() int32 {
+	names, err := migrate.FindMigrations(FS())
+	if err != nil {
+		panic(err)
+	}
+	return int32(len(names))
+}
+
+// Version returns the schema version applied on conn's database, 0 if none.
+func Version(ctx context.Context, conn *pgx.Conn) (int32, error) {
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", VersionTable).Scan(&exists); err != nil {
+		return 0, fmt.Errorf("migrations: read version: %w", err)
+	}
+	if !exists {
+		return 0, nil
+	}
+	var v int32
+	if err := conn.QueryRow(ctx, "SELECT version FROM "+VersionTable).Scan(&v); err != nil {
+		return 0, fmt.Errorf("migrations: read version: %w", err)
+	}
+	return v, nil
+}

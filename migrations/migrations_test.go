@@ -1,0 +1,199 @@
+package migrations_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"go.uber.org/goleak"
+
+	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
+)
+
+var server *throwaway.Server
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	ctx := context.Background()
+	srv, err := throwaway.Start(ctx, throwaway.Options{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	server = srv
+	code := m.Run()
+	if err := srv.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	if err := goleak.Find(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		code = 1
+	}
+	return code
+}
+
+var dbSeq atomic.Int64
+
+// freshDB creates an empty database and returns its DSN.
+func freshDB(t *testing.T) string {
+	t.Helper()
+	ctx := t.Context()
+	name := fmt.Sprintf("migrations_%d", dbSeq.Add(1))
+	conn := connect(t, server.DSN())
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		t.Fatalf("create database: %v", err)
+	}
+	return fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", server.Port(), name)
+}
+
+func connect(t *testing.T, dsn string) *pgx.Conn {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), dsn)
+	if err != nil {
+		t.Fatalf("connect: %v", err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.WithoutCancel(t.Context())) })
+	return conn
+}
+
+func TestApplyConcurrentOnFreshDatabase(t *testing.T) {
+	dsn := freshDB(t)
+	const replicas = 4
+	conns := make([]*pgx.Conn, replicas)
+	for i := range conns {
+		conns[i] = connect(t, dsn)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, replicas)
+	start := make(chan struct{})
+	for i, c := range conns {
+		wg.Go(func() {
+			<-start
+			errs[i] = migrations.Apply(t.Context(), c)
+		})
+	}
+	close(start)
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			t.Errorf("replica %d: Apply: got %v, want nil", i, err)
+		}
+	}
+	got, err := migrations.Version(t.Context(), conns[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := migrations.Latest(); got != want {
+		t.Errorf("version: got %d, want %d", got, want)
+	}
+	var rows int
+	if err := conns[0].QueryRow(t.Context(), "SELECT count(*) FROM fencegate.schema_version").Scan(&rows); err != nil {
+		t.Fatal(err)
+	}
+	if rows != 1 {
+		t.Errorf("schema_version rows: got %d, want 1", rows)
+	}
+}
+
+func TestApplyIdempotent(t *testing.T) {
+	conn := connect(t, freshDB(t))
+	for i := range 3 {
+		if err := migrations.Apply(t.Context(), conn); err != nil {
+			t.Fatalf("Apply #%d: got %v, want nil", i+1, err)
+		}
+	}
+	// The advisory lock is released: another session can take it at once.
+	other := connect(t, server.DSN())
+	var ok bool
+	if err := other.QueryRow(t.Context(), "SELECT pg_try_advisory_lock($1)", int64(0x66656e6365676174)).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		t.Errorf("advisory lock after Apply: got held, want released")
+	}
+	if _, err := other.Exec(t.Context(), "SELECT pg_advisory_unlock_all()"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestApplyLeavesNewerSchemaAlone(t *testing.T) {
+	conn := connect(t, freshDB(t))
+	if err := migrations.Apply(t.Context(), conn); err != nil {
+		t.Fatal(err)
+	}
+	newer := migrations.Latest() + 1
+	if _, err := conn.Exec(t.Context(), "UPDATE fencegate.schema_version SET version = $1", newer); err != nil {
+		t.Fatal(err)
+	}
+	if err := migrations.Apply(t.Context(), conn); err != nil {
+		t.Fatalf("Apply on newer schema: got %v, want nil", err)
+	}
+	got, err := migrations.Version(t.Context(), conn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got != newer {
+		t.Errorf("version: got %d, want %d", got, newer)
+	}
+}
+
+func TestVersionOfEmptyDatabase(t *testing.T) {
+	conn := connect(t, freshDB(t))
+	got, err := migrations.Version(t.Context(), conn)
+	if err != nil || got != 0 {
+		t.Errorf("Version: got %d, %v, want 0, nil", got, err)
+	}
+}
+
+func TestAdvance(t *testing.T) {
+	conn := connect(t, freshDB(t))
+	if err := migrations.Apply(t.Context(), conn); err != nil {
+		t.Fatal(err)
+	}
+	steps := []struct {
+		name      string
+		token     int64
+		wantHW    int64 // the returned mark, or the one in DETAIL
+		wantState string
+	}{
+		{"first token creates the fence", 5, 5, ""},
+		{"higher token raises", 9, 9, ""},
+		{"equal token is accepted", 9, 9, ""},
+		{"lower token is stale", 8, 9, migrations.StaleSQLState},
+		{"zero token is invalid", 0, 0, "22023"},
+		{"negative token is invalid", -1, 0, "22023"},
+		{"still at the mark", 9, 9, ""},
+	}
+	for _, st := range steps {
+		var hw int64
+		err := conn.QueryRow(t.Context(), "SELECT fencegate.advance($1, $2)", "f", st.token).Scan(&hw)
+		var pgErr *pgconn.PgError
+		switch {
+		case st.wantState == "" && err != nil:
+			t.Errorf("%s: got %v, want nil", st.name, err)
+		case st.wantState == "" && hw != st.wantHW:
+			t.Errorf("%s: high-water got %d, want %d", st.name, hw, st.wantHW)
+		case st.wantState != "" && !errors.As(err, &pgErr):
+			t.Errorf("%s: got %v, want SQLSTATE %s", st.name, err, st.wantState)
+		case st.wantState != "" && pgErr.Code != st.wantState:
+			t.Errorf("%s: SQLSTATE got %s, want %s", st.name, pgErr.Code, st.wantState)
+		case st.wantState == migrations.StaleSQLState && pgErr.Detail != fmt.Sprintf("high_water=%d", st.wantHW):
+			t.Errorf("%s: DETAIL got %q, want %q", st.name, pgErr.Detail, fmt.Sprintf("high_water=%d", st.wantHW))
+		}
+	}
+	var null *int64
+	if err := conn.QueryRow(t.Context(), "SELECT fencegate.advance(NULL, 3)").Scan(&null); err == nil {
+		t.Errorf("advance(NULL, 3): got %v, want an error", null)
+	}
+}

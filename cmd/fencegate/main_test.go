@@ -1,0 +1,146 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestHelp(t *testing.T) {
+	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"dev", "-h"}, {"migrate", "--help"}} {
+		t.Run(strings.Join(args, " "), func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), args, &stdout, &stderr)
+			if err != nil && !errors.Is(err, flag.ErrHelp) {
+				t.Fatalf("got error %v, want help", err)
+			}
+			if !strings.Contains(stdout.String(), "Usage") {
+				t.Errorf("got stdout %q, want a usage text", stdout.String())
+			}
+		})
+	}
+}
+
+func TestServeErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"no backend", []string{"serve"}, nil, "no backend configured"},
+		{"unknown flag", []string{"serve", "--bogus"}, nil, "usage"},
+		{"bad env", []string{"serve"}, map[string]string{"FENCEGATE_MAX_STATEMENTS": "many"}, "FENCEGATE_MAX_STATEMENTS"},
+		{"bad limit", []string{"serve", "--postgres-dsn=postgres://x", "--max-statements=0"}, nil, "max statements"},
+		{"etcd unreachable", []string{"serve", "--postgres-dsn=postgres://x@127.0.0.1:1/x", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms"}, nil, "etcd at 127.0.0.1:1 is unreachable"},
+		{"env dsn used", []string{"serve", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms"}, map[string]string{"FENCEGATE_POSTGRES_DSN": "postgres://x"}, "etcd at"},
+		{"unknown command", []string{"frobnicate"}, nil, "usage"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			var stdout, stderr bytes.Buffer
+			err := run(context.Background(), tt.args, &stdout, &stderr)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Errorf("got %v, want an error containing %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Errorf("got a multi-line error %q, want one line", err)
+			}
+		})
+	}
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// TestDev runs `fencegate dev` on free ports, checks it serves and is
+// ready, then cancels it as SIGINT would and checks every port is free
+// again.
+func TestDev(t *testing.T) {
+	etcdAddr, grpcAddr, httpAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	var stdout, stderr syncBuffer
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"dev", "--etcd-listen=http://" + etcdAddr, "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr}, &stdout, &stderr)
+	}()
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get("http://" + httpAddr + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("dev exited early: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("dev not ready after 30s:\n%s", stderr.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(stdout.String(), "etcdctl") || !strings.Contains(stdout.String(), "curl") {
+		t.Errorf("got stdout %q, want a try-it block with etcdctl and curl", stdout.String())
+	}
+
+	start := time.Now()
+	cancel()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("dev: got %v, want a clean stop", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("dev did not stop within 15s")
+	}
+	t.Logf("dev stopped in %v", time.Since(start))
+	for _, addr := range []string{etcdAddr, grpcAddr, httpAddr} {
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Errorf("port %s still in use after stop: %v", addr, err)
+			continue
+		}
+		l.Close()
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+

@@ -20,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/goleak"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -53,20 +54,28 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
-	etcd, err := embedded.Start(ctx, embedded.Config{Dir: dir + "/etcd"})
+	etcd, err := embedded.Start(ctx, embedded.Config{Dir: dir + "/etcd", NoFsync: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer etcd.Close()
 	pg, err := throwaway.Start(ctx, throwaway.Options{})
 	if err != nil {
+		etcd.Close()
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	defer pg.Close()
 	etcdEndpoints, pgDSN = etcd.Endpoints(), pg.DSN()
-	return m.Run()
+	code := m.Run()
+	pg.Close()
+	etcd.Close()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			return 1
+		}
+	}
+	return code
 }
 
 func newEtcdClient(t testing.TB) *clientv3.Client {

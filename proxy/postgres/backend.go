@@ -1,0 +1,231 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/tokens"
+)
+
+// errClosed is returned by calls made after Close.
+var errClosed = errors.New("postgres: backend closed")
+
+// Pool limits. Connections are opened on demand (no minimum): an idle one
+// is only a latency saving, and a background connect loop would only add
+// noise while the server is down.
+const (
+	// maxConnLifetime recycles connections so server-side memory and
+	// settings changes (ALTER ROLE ... SET) do not stay forever; the jitter
+	// keeps the connections opened together from expiring together.
+	maxConnLifetime       = time.Hour
+	maxConnLifetimeJitter = 10 * time.Minute
+	// maxConnIdleTime releases what a burst opened.
+	maxConnIdleTime = 10 * time.Minute
+	// healthCheckPeriod is how often idle connections are checked against
+	// the two limits above.
+	healthCheckPeriod = 30 * time.Second
+	// pingIdleAfter is how long a connection may sit idle before it is
+	// pinged on acquire, to catch connections the server closed (restart,
+	// idle killer) before a write is sent on them.
+	pingIdleAfter = time.Second
+)
+
+// Backend is fencegate's PostgreSQL backend: a connection pool that runs
+// fenced writes. It is safe for concurrent use.
+type Backend struct {
+	pool    *pgxpool.Pool
+	connCfg *pgx.ConnConfig // for Migrate's dedicated connection
+	host    string          // host:port for messages; never the password
+
+	// epoch and brokenAt (nanoseconds since epoch, monotonic) record when a
+	// connection was last found dead; see shouldPing.
+	epoch    time.Time
+	brokenAt atomic.Int64
+}
+
+// Open connects to the database at dsn (a libpq URL or key=value string) and
+// checks that it answers. The error names the host, never the password.
+// Cancelling ctx aborts the connection attempt. pool_* parameters in dsn
+// are overridden by cfg and the package's pool limits.
+func Open(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	pc, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		// pgx redacts the password in parse errors.
+		return nil, fmt.Errorf("postgres: invalid DSN: %w", err)
+	}
+	cc := pc.ConnConfig
+	host := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+	cc.ConnectTimeout = cfg.ConnectTimeout
+	// In the startup packet: no round trip per write or per connection.
+	cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+	cc.RuntimeParams["application_name"] = cfg.ApplicationName
+	// Prepared and cached statements: a repeated write is one round trip.
+	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+
+	b := &Backend{connCfg: cc.Copy(), host: host, epoch: time.Now()}
+	pc.MaxConns = cfg.MaxConns
+	pc.MinConns = 0
+	pc.MinIdleConns = 0
+	pc.MaxConnLifetime = maxConnLifetime
+	pc.MaxConnLifetimeJitter = maxConnLifetimeJitter
+	pc.MaxConnIdleTime = maxConnIdleTime
+	pc.HealthCheckPeriod = healthCheckPeriod
+	// A server that cannot answer a ping as fast as it accepts a connection
+	// is not worth waiting for; open a new one instead.
+	pc.PingTimeout = cfg.ConnectTimeout
+	pc.ShouldPing = b.shouldPing
+	pc.BeforeClose = func(conn *pgx.Conn) {
+		// Already closed and not seen by release: a ping found it dead, as
+		// opposed to the pool retiring it.
+		if _, seen := conn.PgConn().CustomData()[releasedClosed]; conn.IsClosed() && !seen {
+			b.markBroken()
+		}
+	}
+	b.pool, err = pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: pool for %s: %w", host, err)
+	}
+	if err := b.Ping(ctx); err != nil {
+		b.Close()
+		return nil, fmt.Errorf("postgres: cannot reach %s (database %q, user %q): %w", host, cc.Database, cc.User, err)
+	}
+	return b, nil
+}
+
+// shouldPing decides whether pgxpool pings a connection before handing it
+// out. Besides connections idle for over pingIdleAfter, it pings those
+// released before another connection was last found dead: after a server
+// restart the first dead connection costs at most one failed call, not one
+// per pooled connection.
+func (b *Backend) shouldPing(_ context.Context, p pgxpool.ShouldPingParams) bool {
+	if p.IdleDuration > pingIdleAfter {
+		return true
+	}
+	broken := b.brokenAt.Load()
+	return broken != 0 && int64(time.Since(b.epoch)-p.IdleDuration) <= broken
+}
+
+func (b *Backend) markBroken() {
+	b.brokenAt.Store(int64(time.Since(b.epoch)))
+}
+
+// acquire returns a pooled connection for the caller's exclusive use until
+// release. Its error means nothing was sent on behalf of the caller.
+func (b *Backend) acquire(ctx context.Context) (*pgxpool.Conn, error) {
+	conn, err := b.pool.Acquire(ctx)
+	if errors.Is(err, puddle.ErrClosedPool) {
+		return nil, errClosed
+	}
+	return conn, err
+}
+
+// release returns conn to the pool, which closes it if it is broken, busy
+// or inside a transaction. ctx is the caller's.
+func (b *Backend) release(ctx context.Context, conn *pgxpool.Conn) {
+	// Recorded here rather than in BeforeClose, which runs asynchronously,
+	// so the caller's next call already pings. A connection closed because
+	// ctx ended says nothing about the server.
+	if pc := conn.Conn().PgConn(); pc.IsClosed() {
+		pc.CustomData()[releasedClosed] = true
+		if ctx.Err() == nil {
+			b.markBroken()
+		}
+	}
+	conn.Release()
+}
+
+// releasedClosed marks, in a connection's CustomData, a connection release
+// found closed.
+const releasedClosed = "fencegate.releasedClosed"
+
+// Close closes the pool's connections and makes later calls fail. It waits
+// for calls in progress to return their connections.
+func (b *Backend) Close() {
+	b.pool.Close()
+}
+
+// Host returns the host:port the backend connects to.
+func (b *Backend) Host() string { return b.host }
+
+// Ping checks that the database answers.
+func (b *Backend) Ping(ctx context.Context) error {
+	conn, err := b.acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer b.release(ctx, conn)
+	return conn.Ping(ctx)
+}
+
+// Migrate applies fencegate's schema (package migrations) on a dedicated
+// connection without statement timeout, so it can wait for another replica
+// that is migrating at the same time. Cancelling ctx aborts the wait.
+func (b *Backend) Migrate(ctx context.Context) error {
+	cc := b.connCfg.Copy()
+	cc.RuntimeParams["statement_timeout"] = "0"
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("postgres: migrate %s: %w", b.host, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := migrations.Apply(ctx, conn); err != nil {
+		return fmt.Errorf("postgres: migrate %s: %w", b.host, err)
+	}
+	return nil
+}
+
+// HighWater returns the fence's high-water mark and whether the fence exists.
+func (b *Backend) HighWater(ctx context.Context, fence string) (tokens.Token, bool, error) {
+	conn, err := b.acquire(ctx)
+	if err != nil {
+		return 0, false, fmt.Errorf("postgres: read fence %q: %w", fence, err)
+	}
+	defer b.release(ctx, conn)
+	var t int64
+	err = conn.QueryRow(ctx, "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("postgres: read fence %q: %w", fence, err)
+	}
+	return tokens.Token(t), true, nil
+}
+
+// Fences returns every fence, ordered by name.
+func (b *Backend) Fences(ctx context.Context) ([]Fence, error) {
+	conn, err := b.acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list fences: %w", err)
+	}
+	defer b.release(ctx, conn)
+	rows, err := conn.Query(ctx, "SELECT name, token, updated_at FROM fencegate.fences ORDER BY name")
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list fences: %w", err)
+	}
+	fences, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Fence, error) {
+		var f Fence
+		var t int64
+		err := r.Scan(&f.Name, &t, &f.UpdatedAt)
+		f.HighWater = tokens.Token(t)
+		return f, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: list fences: %w", err)
+	}
+	return fences, nil
+}

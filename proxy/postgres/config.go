@@ -1,0 +1,68 @@
+package postgres
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+)
+
+// Config tunes a Backend. Zero fields take the value of DefaultConfig.
+type Config struct {
+	// MaxConns is the size of the connection pool, which bounds the
+	// concurrent writes. Default 4 × GOMAXPROCS, at least 4.
+	MaxConns int32
+	// StatementTimeout is the server-side statement_timeout of every
+	// connection, set at connect time so it costs no round trip. It bounds
+	// each statement of a write, including the wait for the fence row lock.
+	// Default 5s.
+	StatementTimeout time.Duration
+	// ConnectTimeout bounds establishing one connection. Default 5s.
+	ConnectTimeout time.Duration
+	// ApplicationName is reported to the server (pg_stat_activity).
+	// Default "fencegate".
+	ApplicationName string
+}
+
+// DefaultConfig returns the defaults described on Config's fields.
+func DefaultConfig() Config {
+	return Config{
+		MaxConns:         max(4, 4*int32(runtime.GOMAXPROCS(0))),
+		StatementTimeout: 5 * time.Second,
+		ConnectTimeout:   5 * time.Second,
+		ApplicationName:  "fencegate",
+	}
+}
+
+// withDefaults fills zero fields from DefaultConfig.
+func (c Config) withDefaults() Config {
+	d := DefaultConfig()
+	if c.MaxConns == 0 {
+		c.MaxConns = d.MaxConns
+	}
+	if c.StatementTimeout == 0 {
+		c.StatementTimeout = d.StatementTimeout
+	}
+	if c.ConnectTimeout == 0 {
+		c.ConnectTimeout = d.ConnectTimeout
+	}
+	if c.ApplicationName == "" {
+		c.ApplicationName = d.ApplicationName
+	}
+	return c
+}
+
+// Validate reports the first invalid field.
+func (c Config) Validate() error {
+	switch {
+	case c.MaxConns < 1:
+		return fmt.Errorf("postgres: MaxConns must be at least 1, got %d", c.MaxConns)
+	case c.StatementTimeout < time.Millisecond:
+		return fmt.Errorf("postgres: StatementTimeout must be at least 1ms, got %v", c.StatementTimeout)
+	case c.ConnectTimeout < time.Millisecond:
+		return fmt.Errorf("postgres: ConnectTimeout must be at least 1ms, got %v", c.ConnectTimeout)
+	case c.ApplicationName == "":
+		return errors.New("postgres: ApplicationName must not be empty")
+	}
+	return nil
+}

@@ -1,0 +1,481 @@
+package election
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// ErrWatcherRunning is returned by Run when the Watcher is already running.
+var ErrWatcherRunning = errors.New("election: watcher already running")
+
+const (
+	defaultCheckInterval = 2 * time.Second
+	listTimeout          = 5 * time.Second
+	minBackoff           = 50 * time.Millisecond
+	maxBackoff           = 5 * time.Second
+)
+
+// WatcherConfig configures a Watcher.
+type WatcherConfig struct {
+	// Prefix is the key prefix elections live under; election <name> is
+	// held under "<Prefix>/<name>/". Default DefaultPrefix. It must not end
+	// in '/'.
+	Prefix string
+	// Logger receives the watch's interruptions and recoveries. Nil
+	// discards them.
+	Logger *slog.Logger
+	// OnChange, if set, is called after each change of an election's
+	// leader (a new term, a term ending, or the leader's value changing),
+	// with the term before and after. Calls are serialised and in the
+	// order of the changes; they come from Run's goroutine or from a
+	// Verify caller's. OnChange must be cheap and must not block; it may
+	// call Term and Terms.
+	OnChange func(old, new Term)
+	// CheckInterval is how often Run asks etcd to confirm that the watch is
+	// alive (a progress request); a watch that stays silent for one more
+	// interval after a request is considered lost, Synced turns false and
+	// the prefix is listed again. Default 2s.
+	CheckInterval time.Duration
+}
+
+// Watcher follows every election under a prefix with one etcd watch and
+// keeps each election's current term in memory. Term and Terms are cheap
+// enough for every write's hot path; Verify asks etcd when memory is not
+// enough. A Watcher is safe for concurrent use.
+type Watcher struct {
+	client        *clientv3.Client
+	prefix        string
+	root          string // prefix + "/"
+	log           *slog.Logger
+	onChange      func(old, new Term)
+	checkInterval time.Duration
+
+	running atomic.Bool
+	synced  atomic.Bool
+	lists   atomic.Uint64 // successful lists of the prefix, for tests
+
+	// writeMu serialises state changes together with their OnChange
+	// calls, so callbacks see changes in order; readers take only mu.
+	writeMu sync.Mutex
+	mu      sync.RWMutex
+	terms   map[string]Term                 // published, guarded by mu
+	cands   map[string]map[string]candidate // election -> key -> candidate, guarded by mu
+	applied int64                           // revision the watch has applied up to, guarded by mu
+
+	// testHookBeforeWatch, if set, runs after a list and before the watch
+	// is opened.
+	testHookBeforeWatch func(listRev int64)
+}
+
+type candidate struct {
+	createRev int64
+	value     string
+}
+
+type change struct{ old, new Term }
+
+// NewWatcher returns a Watcher of the elections under cfg.Prefix. It does
+// not contact etcd; Run does.
+func NewWatcher(client *clientv3.Client, cfg WatcherConfig) (*Watcher, error) {
+	if client == nil {
+		return nil, errors.New("election: nil etcd client")
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = DefaultPrefix
+	}
+	if err := validatePrefix(cfg.Prefix); err != nil {
+		return nil, err
+	}
+	if cfg.CheckInterval < 0 {
+		return nil, fmt.Errorf("election: negative CheckInterval %v", cfg.CheckInterval)
+	}
+	if cfg.CheckInterval == 0 {
+		cfg.CheckInterval = defaultCheckInterval
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Watcher{
+		client:        client,
+		prefix:        cfg.Prefix,
+		root:          cfg.Prefix + "/",
+		log:           cfg.Logger,
+		onChange:      cfg.OnChange,
+		checkInterval: cfg.CheckInterval,
+		terms:         make(map[string]Term),
+		cands:         make(map[string]map[string]candidate),
+	}, nil
+}
+
+// Term returns the latest term known in memory for election name; for an
+// election never seen, a Term with only Election set. It does not allocate.
+func (w *Watcher) Term(name string) Term {
+	w.mu.RLock()
+	t, ok := w.terms[name]
+	w.mu.RUnlock()
+	if !ok {
+		return Term{Election: name}
+	}
+	return t
+}
+
+// Terms returns the terms of every election seen, sorted by name.
+func (w *Watcher) Terms() []Term {
+	w.mu.RLock()
+	ts := make([]Term, 0, len(w.terms))
+	for _, t := range w.terms {
+		ts = append(ts, t)
+	}
+	w.mu.RUnlock()
+	slices.SortFunc(ts, func(a, b Term) int { return cmp.Compare(a.Election, b.Election) })
+	return ts
+}
+
+// Synced reports whether the watch is established and has applied a full
+// list of the prefix: the terms in memory follow etcd. It is false before
+// Run, while Run reconnects, and after Run returns.
+func (w *Watcher) Synced() bool { return w.synced.Load() }
+
+// Run lists the prefix, then watches it, keeping the terms in memory up to
+// date, until ctx is done. When the watch is compacted, cancelled or its
+// connection lost, Run lists again and resumes, with backoff; Synced is
+// false meanwhile. Run returns nil once ctx is done, and ErrWatcherRunning
+// if the Watcher is already running.
+func (w *Watcher) Run(ctx context.Context) error {
+	if !w.running.CompareAndSwap(false, true) {
+		return ErrWatcherRunning
+	}
+	defer w.running.Store(false)
+	defer w.synced.Store(false)
+
+	var (
+		backoff     time.Duration
+		outageSince time.Time
+	)
+	onSynced := func() {
+		if !outageSince.IsZero() {
+			w.log.Info("election watch resynced", "prefix", w.prefix, "after", time.Since(outageSince).Round(time.Millisecond))
+			outageSince = time.Time{}
+		}
+		backoff = 0
+	}
+	for {
+		err := w.session(ctx, onSynced)
+		w.synced.Store(false)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if outageSince.IsZero() {
+			outageSince = time.Now()
+			w.log.Warn("election watch interrupted; listing again", "prefix", w.prefix, "err", err)
+		} else {
+			w.log.Debug("election watch still interrupted", "prefix", w.prefix, "err", err)
+		}
+		backoff = min(max(2*backoff, minBackoff), maxBackoff)
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// session lists the prefix and watches it from the list's revision until
+// the watch breaks or ctx is done.
+func (w *Watcher) session(ctx context.Context, onSynced func()) error {
+	lctx, cancel := context.WithTimeout(ctx, listTimeout)
+	resp, err := w.client.Get(lctx, w.root, clientv3.WithPrefix())
+	cancel()
+	if err != nil {
+		return fmt.Errorf("list %s: %w", w.root, err)
+	}
+	w.applyList(resp.Header.Revision, resp.Kvs)
+	w.lists.Add(1)
+	if w.testHookBeforeWatch != nil {
+		w.testHookBeforeWatch(resp.Header.Revision)
+	}
+
+	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer wcancel()
+	wch := w.client.Watch(wctx, w.root, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1),
+		clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+	check := time.NewTicker(w.checkInterval)
+	defer check.Stop()
+	heard := true // anything received since the last progress request
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case wr, ok := <-wch:
+			if !ok {
+				return errors.New("watch closed")
+			}
+			heard = true
+			switch {
+			case wr.CompactRevision != 0:
+				return fmt.Errorf("watch compacted at revision %d", wr.CompactRevision)
+			case wr.Canceled || wr.Err() != nil:
+				return fmt.Errorf("watch canceled: %w", wr.Err())
+			case wr.Created:
+				w.synced.Store(true)
+				onSynced()
+			case wr.IsProgressNotify():
+				w.applyProgress(wr.Header.Revision)
+			default:
+				w.applyEvents(wr.Events)
+			}
+		case <-check.C:
+			if !heard {
+				return fmt.Errorf("watch silent for %v after a progress request", w.checkInterval)
+			}
+			heard = false
+			// The stream blocks progress requests while it reconnects.
+			rctx, cancel := context.WithTimeout(wctx, w.checkInterval)
+			err := w.client.RequestProgress(rctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				return fmt.Errorf("watch progress request: %w", err)
+			}
+		}
+	}
+}
+
+// applyList replaces the candidates with a full list of the prefix taken at
+// revision rev.
+func (w *Watcher) applyList(rev int64, kvs []*mvccpb.KeyValue) {
+	cands := make(map[string]map[string]candidate)
+	for _, kv := range kvs {
+		name, ok := splitKey(w.root, string(kv.Key))
+		if !ok {
+			continue
+		}
+		if cands[name] == nil {
+			cands[name] = make(map[string]candidate)
+		}
+		cands[name][string(kv.Key)] = candidate{createRev: kv.CreateRevision, value: string(kv.Value)}
+	}
+
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	w.mu.Lock()
+	if rev < w.applied {
+		// etcd's history went backwards (restored from a backup): the
+		// list is the truth now.
+		w.log.Warn("etcd revision went backwards; trusting the new list", "prefix", w.prefix, "had", w.applied, "now", rev)
+		for name, t := range w.terms {
+			t.ObservedRev = 0
+			w.terms[name] = t
+		}
+	}
+	w.cands = cands
+	w.applied = rev
+	var changes []change
+	for name := range w.terms {
+		if _, ok := cands[name]; !ok {
+			changes = w.publish(changes, name, rev)
+		}
+	}
+	for name := range cands {
+		changes = w.publish(changes, name, rev)
+	}
+	w.mu.Unlock()
+	w.notify(changes)
+}
+
+func (w *Watcher) applyProgress(rev int64) {
+	w.mu.Lock()
+	w.applied = max(w.applied, rev)
+	w.mu.Unlock()
+}
+
+// applyEvents applies watch events, resolving the leaders of the elections
+// touched at each revision, so a leader that lasted a single revision is
+// still reported.
+func (w *Watcher) applyEvents(evs []*clientv3.Event) {
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	w.mu.Lock()
+	var (
+		changes []change
+		touched []string
+		rev     int64
+	)
+	flush := func() {
+		for _, name := range touched {
+			changes = w.publish(changes, name, rev)
+		}
+		touched = touched[:0]
+	}
+	for _, ev := range evs {
+		if ev.Kv.ModRevision != rev {
+			flush()
+			rev = ev.Kv.ModRevision
+		}
+		key := string(ev.Kv.Key)
+		name, ok := splitKey(w.root, key)
+		if !ok {
+			continue
+		}
+		switch ev.Type {
+		case clientv3.EventTypePut:
+			if w.cands[name] == nil {
+				w.cands[name] = make(map[string]candidate)
+			}
+			w.cands[name][key] = candidate{createRev: ev.Kv.CreateRevision, value: string(ev.Kv.Value)}
+		case clientv3.EventTypeDelete:
+			delete(w.cands[name], key)
+			if len(w.cands[name]) == 0 {
+				delete(w.cands, name)
+			}
+		}
+		if !slices.Contains(touched, name) {
+			touched = append(touched, name)
+		}
+	}
+	flush()
+	w.applied = max(w.applied, rev)
+	w.mu.Unlock()
+	w.notify(changes)
+}
+
+// publish resolves election name's leader from its candidates as of
+// revision rev and publishes it unless a newer state is published. The
+// leader is the candidate with the lowest create revision (ties: lowest
+// key), as in etcd's concurrency.Election. w.mu must be held.
+func (w *Watcher) publish(changes []change, name string, rev int64) []change {
+	var (
+		leader    candidate
+		leaderKey string
+	)
+	for key, c := range w.cands[name] {
+		if leaderKey == "" || c.createRev < leader.createRev || (c.createRev == leader.createRev && key < leaderKey) {
+			leader, leaderKey = c, key
+		}
+	}
+	return w.set(changes, name, rev, leaderKey, leader)
+}
+
+// set publishes that election name's leader at revision rev is the
+// candidate key (none when key is empty), unless a state observed at rev or
+// later is published already. w.mu must be held.
+func (w *Watcher) set(changes []change, name string, rev int64, key string, c candidate) []change {
+	old, known := w.terms[name]
+	if !known {
+		if key == "" {
+			return changes // nothing to say about an election never seen
+		}
+		old = Term{Election: name}
+	}
+	if rev <= old.ObservedRev {
+		return changes
+	}
+	t := old
+	t.ObservedRev = rev
+	t.Rev, t.Leader, t.Key = c.createRev, c.value, key
+	if t.Rev != old.Rev {
+		t.Changes++
+	}
+	t.Last = max(t.Last, t.Rev)
+	w.terms[name] = t
+	if t.Rev != old.Rev || t.Leader != old.Leader || t.Key != old.Key {
+		changes = append(changes, change{old, t})
+	}
+	return changes
+}
+
+// notify calls OnChange for changes. w.writeMu must be held, w.mu not.
+func (w *Watcher) notify(changes []change) {
+	if w.onChange == nil {
+		return
+	}
+	for _, c := range changes {
+		w.onChange(c.old, c.new)
+	}
+}
+
+// Verify reads election name's leader from etcd with a linearizable read
+// and reports whether token is a term of the election: the current
+// leader's, or, when the election has no leader and token is above every
+// term seen, the create revision of a key of the election (an ended term
+// the watch has not delivered; a key that never became leader cannot be
+// told apart from one that did). A newer answer than memory's is folded into
+// the Watcher's state. For an invalid name, Verify reports no leader and
+// held false. It returns an error only when etcd cannot answer, including
+// when ctx is done first.
+func (w *Watcher) Verify(ctx context.Context, name string, token int64) (Term, bool, error) {
+	if ValidateName(name) != nil {
+		return Term{Election: name}, false, nil
+	}
+	pfx := electionKeyPrefix(w.prefix, name)
+	resp, err := w.client.Get(ctx, pfx, clientv3.WithFirstCreate()...)
+	if err != nil {
+		return Term{}, false, fmt.Errorf("election: verify %q: %w", name, err)
+	}
+	t := w.fold(name, resp)
+	switch {
+	case t.HasLeader():
+		return t, token == t.Rev, nil
+	case token <= t.Last || token > resp.Header.Revision:
+		return t, false, nil
+	}
+	held, err := w.created(ctx, pfx, token)
+	if err != nil {
+		return Term{}, false, fmt.Errorf("election: verify %q: %w", name, err)
+	}
+	return t, held, nil
+}
+
+// fold publishes a linearizable first-create read of an election if it is
+// newer than what is published, and returns the election's term.
+func (w *Watcher) fold(name string, resp *clientv3.GetResponse) Term {
+	rev := resp.Header.Revision
+	w.writeMu.Lock()
+	defer w.writeMu.Unlock()
+	w.mu.Lock()
+	var changes []change
+	if len(resp.Kvs) > 0 {
+		kv := resp.Kvs[0]
+		changes = w.set(changes, name, rev, string(kv.Key), candidate{createRev: kv.CreateRevision, value: string(kv.Value)})
+	} else {
+		changes = w.set(changes, name, rev, "", candidate{})
+	}
+	t, ok := w.terms[name]
+	w.mu.Unlock()
+	w.notify(changes)
+	if !ok {
+		return Term{Election: name, ObservedRev: rev}
+	}
+	return t
+}
+
+// created reports whether a key under pfx was created at revision rev.
+func (w *Watcher) created(ctx context.Context, pfx string, rev int64) (bool, error) {
+	resp, err := w.client.Get(ctx, pfx, clientv3.WithPrefix(), clientv3.WithRev(rev),
+		clientv3.WithMinCreateRev(rev), clientv3.WithMaxCreateRev(rev), clientv3.WithKeysOnly())
+	if errors.Is(err, rpctypes.ErrFutureRev) || errors.Is(err, rpctypes.ErrCompacted) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, kv := range resp.Kvs {
+		if kv.CreateRevision == rev {
+			return true, nil
+		}
+	}
+	return false, nil
+}

@@ -14,18 +14,20 @@ import (
 
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/proxy/redis"
 )
 
-// benchClients is the number of concurrent clients of the benchmarks:
-// RunParallel starts parallelism × GOMAXPROCS goroutines.
-const benchClients = 16
+// benchClients is the number of concurrent clients of the PostgreSQL
+// benchmark, redisBenchClients of the Redis one.
+const (
+	benchClients      = 16
+	redisBenchClients = 50
+)
 
-func benchParallelism(b *testing.B) {
-	p := benchClients / runtime.GOMAXPROCS(0)
-	if p < 1 {
-		p = 1
-	}
-	b.SetParallelism(p)
+// benchParallelism makes RunParallel, which starts parallelism × GOMAXPROCS
+// goroutines, run about n clients.
+func benchParallelism(b *testing.B, n int) {
+	b.SetParallelism(max(1, (n+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)))
 }
 
 // BenchmarkFencedWrite compares a fenced INSERT through fencegate's gRPC API
@@ -54,7 +56,7 @@ func BenchmarkFencedWrite(b *testing.B) {
 		}
 		defer pool.Close()
 		var next atomic.Int64
-		benchParallelism(b)
+		benchParallelism(b, benchClients)
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			fence := fmt.Sprintf("bench-direct-%d", next.Add(1))
@@ -82,7 +84,7 @@ func BenchmarkFencedWrite(b *testing.B) {
 			waitTerm(b, r, fmt.Sprintf("bench-grpc-%d", i), l.token)
 		}
 		var next atomic.Int64
-		benchParallelism(b)
+		benchParallelism(b, benchClients)
 		b.ResetTimer()
 		b.RunParallel(func(pb *testing.PB) {
 			i := int(next.Add(1)-1) % len(leaders)
@@ -94,6 +96,62 @@ func BenchmarkFencedWrite(b *testing.B) {
 			}}}
 			for pb.Next() {
 				if _, err := r.grpc.Exec(ctx, req); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+}
+
+// BenchmarkRedisFencedSet compares a fenced SET through fencegate's gRPC API
+// with the same fencing script run directly with go-redis (the backend's
+// Exec, no gateway), with 50 clients on distinct fences.
+func BenchmarkRedisFencedSet(b *testing.B) {
+	ctx := context.Background()
+	b.Run("direct-script", func(b *testing.B) {
+		rd, err := redis.Open(ctx, redisAddr, redis.DefaultConfig())
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer rd.Close()
+		var next atomic.Int64
+		benchParallelism(b, redisBenchClients)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			fence := fmt.Sprintf("bench-rdirect-%d", next.Add(1))
+			cmds := [][]string{{"SET", "{" + fence + "}:last", "7"}}
+			for pb.Next() {
+				if _, err := rd.Exec(ctx, fence, 1, cmds); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+		})
+	})
+
+	b.Run("fencegate-grpc", func(b *testing.B) {
+		r := startReplica(b, true)
+		cli := newEtcdClient(b)
+		const fences = redisBenchClients + 14
+		leaders := make([]*leader, fences)
+		for i := range leaders {
+			leaders[i] = campaign(b, cli, fmt.Sprintf("bench-rgrpc-%d", i), "w")
+		}
+		for i, l := range leaders {
+			waitTerm(b, r, fmt.Sprintf("bench-rgrpc-%d", i), l.token)
+		}
+		var next atomic.Int64
+		benchParallelism(b, redisBenchClients)
+		b.ResetTimer()
+		b.RunParallel(func(pb *testing.PB) {
+			i := int(next.Add(1)-1) % len(leaders)
+			fence := fmt.Sprintf("bench-rgrpc-%d", i)
+			ctx := metadata.AppendToOutgoingContext(ctx, "fencing-token", fmt.Sprint(leaders[i].token))
+			cmd, _ := structpb.NewList([]any{"SET", "{" + fence + "}:last", "7"})
+			req := &fencegatev1.RedisRequest{Fence: fence, Commands: []*structpb.ListValue{cmd}}
+			for pb.Next() {
+				if _, err := r.grpc.Redis(ctx, req); err != nil {
 					b.Error(err)
 					return
 				}

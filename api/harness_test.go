@@ -31,7 +31,9 @@ import (
 	"github.com/fencegate/fencegate/election/embedded"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
-	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
+	pgthrowaway "github.com/fencegate/fencegate/proxy/postgres/throwaway"
+	"github.com/fencegate/fencegate/proxy/redis"
+	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
 
 const prefix = "/fencegate/elections"
@@ -40,6 +42,7 @@ const prefix = "/fencegate/elections"
 var (
 	etcdEndpoints []string
 	pgDSN         string
+	redisAddr     string
 )
 
 func TestMain(m *testing.M) {
@@ -59,14 +62,22 @@ func runMain(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	pg, err := throwaway.Start(ctx, throwaway.Options{})
+	pg, err := pgthrowaway.Start(ctx, pgthrowaway.Options{})
 	if err != nil {
 		etcd.Close()
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	etcdEndpoints, pgDSN = etcd.Endpoints(), pg.DSN()
+	rd, err := redisthrowaway.Start(ctx, redisthrowaway.Options{})
+	if err != nil {
+		pg.Close()
+		etcd.Close()
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	etcdEndpoints, pgDSN, redisAddr = etcd.Endpoints(), pg.DSN(), rd.Addr()
 	code := m.Run()
+	rd.Close()
 	pg.Close()
 	etcd.Close()
 	if code == 0 {
@@ -124,9 +135,14 @@ func startReplica(t testing.TB, watch bool) *replica {
 	if err := pg.Migrate(context.Background()); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
+	rd, err := redis.Open(context.Background(), redisAddr, redis.DefaultConfig())
+	if err != nil {
+		t.Fatalf("redis: %v", err)
+	}
+	t.Cleanup(func() { rd.Close() })
 	reg := prometheus.NewRegistry()
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	gw, err := proxy.New(proxy.DefaultConfig(), proxy.Options{Terms: w, Postgres: pg, Logger: log, Registerer: reg})
+	gw, err := proxy.New(proxy.DefaultConfig(), proxy.Options{Terms: w, Postgres: pg, Redis: rd, Logger: log, Registerer: reg})
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}

@@ -82,6 +82,55 @@ func (s *Server) Exec(ctx context.Context, req *fencegatev1.ExecRequest) (*fence
 	return out, nil
 }
 
+// Redis implements rpc Gateway.Redis.
+func (s *Server) Redis(ctx context.Context, req *fencegatev1.RedisRequest) (*fencegatev1.RedisResponse, error) {
+	if err := s.tooBig(req, req.GetFence()); err != nil {
+		return nil, err
+	}
+	cmds := make([][]string, len(req.Commands))
+	for i, c := range req.Commands {
+		args := make([]string, len(c.GetValues()))
+		for j, v := range c.GetValues() {
+			a, ok := redisArg(v)
+			if !ok {
+				return nil, statusError(tokens.Refuse(tokens.ReasonInvalidRequest, req.GetFence(), 0,
+					"command %d argument %d: want a string or a number", i, j))
+			}
+			args[j] = a
+		}
+		cmds[i] = args
+	}
+	t, res, err := s.gw.Redis(ctx, req.GetFence(), tokenFrom(ctx), cmds)
+	if err != nil {
+		return nil, statusError(err)
+	}
+	out := &fencegatev1.RedisResponse{Fence: req.GetFence(), Token: uint64(t), Results: make([]*structpb.Value, len(res))}
+	for i, r := range res {
+		v, err := jsonValue(r)
+		if err != nil {
+			return nil, statusError(err)
+		}
+		out.Results[i] = v
+	}
+	return out, nil
+}
+
+// redisArg accepts strings, and numbers for convenience (whole numbers
+// without a fraction or exponent).
+func redisArg(v *structpb.Value) (string, bool) {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_StringValue:
+		return k.StringValue, true
+	case *structpb.Value_NumberValue:
+		f := k.NumberValue
+		if f == float64(int64(f)) && f >= -(1<<53) && f <= 1<<53 {
+			return strconv.FormatInt(int64(f), 10), true
+		}
+		return strconv.FormatFloat(f, 'g', -1, 64), true
+	}
+	return "", false
+}
+
 // GetFence implements rpc Gateway.GetFence.
 func (s *Server) GetFence(ctx context.Context, req *fencegatev1.GetFenceRequest) (*fencegatev1.Fence, error) {
 	f, err := s.gw.Fence(ctx, req.GetFence())
@@ -180,6 +229,16 @@ func jsonValue(v any) (*structpb.Value, error) {
 		return structpb.NewNumberValue(float64(x)), nil
 	case int:
 		return jsonValue(int64(x))
+	case []any:
+		lv := &structpb.ListValue{Values: make([]*structpb.Value, len(x))}
+		for i, e := range x {
+			ev, err := jsonValue(e)
+			if err != nil {
+				return nil, err
+			}
+			lv.Values[i] = ev
+		}
+		return structpb.NewListValue(lv), nil
 	}
 	return structpb.NewValue(v)
 }

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -41,6 +42,8 @@ func statusError(err error) error {
 		return refusalStatus(r).Err()
 	}
 	switch {
+	case errors.Is(err, proxy.ErrNotConfigured):
+		return status.Error(codes.Unimplemented, err.Error())
 	case errors.Is(err, context.Canceled):
 		return status.Error(codes.Canceled, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):

@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy/postgres"
+	"github.com/fencegate/fencegate/proxy/redis"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -32,11 +33,20 @@ type SQLBackend interface {
 	Ping(ctx context.Context) error
 }
 
+// RedisBackend applies fenced Redis writes; *redis.Backend implements it.
+type RedisBackend interface {
+	Exec(ctx context.Context, fence string, t tokens.Token, cmds [][]string) ([]any, error)
+	HighWater(ctx context.Context, fence string) (tokens.Token, bool, error)
+	Fences(ctx context.Context) ([]redis.Fence, error)
+	Ping(ctx context.Context) error
+}
+
 // Options are the gateway's collaborators. Terms is required, and at least
 // one backend.
 type Options struct {
 	Terms    Terms
 	Postgres SQLBackend
+	Redis    RedisBackend
 	Logger   *slog.Logger
 	// Registerer receives the gateway's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
@@ -49,6 +59,7 @@ type Gateway struct {
 	cfg     Config
 	terms   Terms
 	pg      SQLBackend
+	rd      RedisBackend
 	log     *slog.Logger
 	metrics *Metrics
 	now     func() time.Time
@@ -67,10 +78,11 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if opts.Terms == nil {
 		return nil, errors.New("proxy: a term source is required")
 	}
-	if opts.Postgres == nil {
+	// A typed nil in an interface is not a backend.
+	if opts.Postgres == nil && opts.Redis == nil {
 		return nil, errors.New("proxy: at least one backend is required")
 	}
-	g := &Gateway{cfg: cfg, terms: opts.Terms, pg: opts.Postgres, log: opts.Logger, now: opts.Now}
+	g := &Gateway{cfg: cfg, terms: opts.Terms, pg: opts.Postgres, rd: opts.Redis, log: opts.Logger, now: opts.Now}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -78,7 +90,14 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		g.now = time.Now
 	}
 	if opts.Registerer != nil {
-		g.metrics = NewMetrics(opts.Registerer, BackendPostgres)
+		var enabled []string
+		if g.pg != nil {
+			enabled = append(enabled, BackendPostgres)
+		}
+		if g.rd != nil {
+			enabled = append(enabled, BackendRedis)
+		}
+		g.metrics = NewMetrics(opts.Registerer, enabled...)
 		opts.Registerer.MustRegister(newStateCollector(g))
 	}
 	return g, nil
@@ -88,6 +107,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 // client sent. It returns the parsed token and one result per statement, or
 // a *tokens.RefusalError saying why nothing was applied.
 func (g *Gateway) Exec(ctx context.Context, fence, rawToken string, stmts []postgres.Statement) (tokens.Token, []postgres.Result, error) {
+	if g.pg == nil {
+		return 0, nil, fmt.Errorf("%w: PostgreSQL (start fencegate with --postgres-dsn)", ErrNotConfigured)
+	}
 	start := g.now()
 	t, err := g.admit(ctx, fence, rawToken, len(stmts))
 	if err == nil {
@@ -98,7 +120,25 @@ func (g *Gateway) Exec(ctx context.Context, fence, rawToken string, stmts []post
 		res, err = g.pg.Exec(ctx, fence, t, stmts)
 		g.learn(fence, t, err)
 	}
-	g.finish(ctx, 0, fence, t, start, err)
+	g.finish(ctx, backendPostgres, fence, t, start, err)
+	return t, res, err
+}
+
+// Redis applies commands to Redis under fence with the raw token the client
+// sent. It returns the parsed token and one reply per command, or a
+// *tokens.RefusalError saying why nothing was applied.
+func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]string) (tokens.Token, []any, error) {
+	if g.rd == nil {
+		return 0, nil, fmt.Errorf("%w: Redis (start fencegate with --redis-addr)", ErrNotConfigured)
+	}
+	start := g.now()
+	t, err := g.admit(ctx, fence, rawToken, len(cmds))
+	var res []any
+	if err == nil {
+		res, err = g.rd.Exec(ctx, fence, t, cmds)
+		g.learn(fence, t, err)
+	}
+	g.finish(ctx, backendRedis, fence, t, start, err)
 	return t, res, err
 }
 
@@ -210,52 +250,88 @@ type FenceState struct {
 	Term      election.Term
 }
 
-// Fence reports fence's high-water mark from the backend and its election's
-// term as this replica knows it.
+// Fence reports fence's high-water mark from the backends (the highest, if
+// both hold it) and its election's term as this replica knows it.
 func (g *Gateway) Fence(ctx context.Context, name string) (FenceState, error) {
 	if !ValidFenceName(name, g.cfg.MaxFenceName) {
 		return FenceState{}, tokens.Refuse(tokens.ReasonInvalidRequest, name, 0, "invalid fence name %.64q", name)
 	}
-	hw, _, err := g.pg.HighWater(ctx, name)
-	if err != nil {
-		return FenceState{}, err
+	f := FenceState{Name: name, Term: g.terms.Term(name)}
+	for _, b := range g.highWaters() {
+		hw, _, err := b(ctx, name)
+		if err != nil {
+			return FenceState{}, err
+		}
+		f.HighWater = max(f.HighWater, hw)
 	}
-	return FenceState{Name: name, HighWater: hw, Term: g.terms.Term(name)}, nil
+	return f, nil
 }
 
-// Fences reports every fence the backend stores or the election watch
-// knows, sorted by name.
-func (g *Gateway) Fences(ctx context.Context) ([]FenceState, error) {
-	rows, err := g.pg.Fences(ctx)
-	if err != nil {
-		return nil, err
+func (g *Gateway) highWaters() []func(context.Context, string) (tokens.Token, bool, error) {
+	var out []func(context.Context, string) (tokens.Token, bool, error)
+	if g.pg != nil {
+		out = append(out, g.pg.HighWater)
 	}
-	slices.SortFunc(rows, func(a, b postgres.Fence) int { return strings.Compare(a.Name, b.Name) })
-	terms := g.terms.Terms()
-	out := make([]FenceState, 0, len(rows)+len(terms))
-	// Both lists are sorted by name: merge them.
-	i, j := 0, 0
-	for i < len(rows) || j < len(terms) {
-		switch {
-		case j == len(terms) || (i < len(rows) && rows[i].Name < terms[j].Election):
-			out = append(out, FenceState{Name: rows[i].Name, HighWater: rows[i].HighWater, Term: election.Term{Election: rows[i].Name}})
-			i++
-		case i == len(rows) || terms[j].Election < rows[i].Name:
-			out = append(out, FenceState{Name: terms[j].Election, Term: terms[j]})
-			j++
-		default:
-			out = append(out, FenceState{Name: rows[i].Name, HighWater: rows[i].HighWater, Term: terms[j]})
-			i++
-			j++
+	if g.rd != nil {
+		out = append(out, g.rd.HighWater)
+	}
+	return out
+}
+
+// Fences reports every fence a backend stores or the election watch knows,
+// sorted by name.
+func (g *Gateway) Fences(ctx context.Context) ([]FenceState, error) {
+	byName := map[string]*FenceState{}
+	get := func(name string) *FenceState {
+		f, ok := byName[name]
+		if !ok {
+			f = &FenceState{Name: name, Term: election.Term{Election: name}}
+			byName[name] = f
+		}
+		return f
+	}
+	if g.pg != nil {
+		rows, err := g.pg.Fences(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			f := get(r.Name)
+			f.HighWater = max(f.HighWater, r.HighWater)
 		}
 	}
+	if g.rd != nil {
+		rows, err := g.rd.Fences(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, r := range rows {
+			f := get(r.Name)
+			f.HighWater = max(f.HighWater, r.HighWater)
+		}
+	}
+	for _, t := range g.terms.Terms() {
+		get(t.Election).Term = t
+	}
+	out := make([]FenceState, 0, len(byName))
+	for _, f := range byName {
+		out = append(out, *f)
+	}
+	slices.SortFunc(out, func(a, b FenceState) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
 }
 
 // Ready reports whether every configured backend answers.
 func (g *Gateway) Ready(ctx context.Context) error {
-	if err := g.pg.Ping(ctx); err != nil {
-		return fmt.Errorf("postgres: %w", err)
+	if g.pg != nil {
+		if err := g.pg.Ping(ctx); err != nil {
+			return fmt.Errorf("postgres: %w", err)
+		}
+	}
+	if g.rd != nil {
+		if err := g.rd.Ping(ctx); err != nil {
+			return fmt.Errorf("redis: %w", err)
+		}
 	}
 	return nil
 }

@@ -29,6 +29,12 @@ var outcomes = []tokens.Reason{
 
 var backends = [...]string{BackendPostgres, BackendRedis}
 
+// Indexes into backends.
+const (
+	backendPostgres = iota
+	backendRedis
+)
+
 // maxFenceLabel bounds the fence names used as label values.
 const maxFenceLabel = 128
 

@@ -10,13 +10,14 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/election/embedded"
-	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
+	pgthrowaway "github.com/fencegate/fencegate/proxy/postgres/throwaway"
+	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
 
 const devSummary = `Serve on embedded defaults, for trying fencegate out: an embedded etcd with
 its client URL on 127.0.0.1:2379, a throwaway PostgreSQL made with this
-machine's server binaries on a free port, and the gateway on its default
-ports. Everything is removed on Ctrl-C or SIGTERM.`
+machine's server binaries and a throwaway Redis (when redis-server is
+installed), each on a free port, and the gateway on its default ports. Everything is removed on Ctrl-C or SIGTERM.`
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := defaultServeConfig()
@@ -46,7 +47,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer etcd.Close()
 
 	log.Info("starting throwaway PostgreSQL")
-	pg, err := throwaway.Start(ctx, throwaway.Options{})
+	pg, err := pgthrowaway.Start(ctx, pgthrowaway.Options{})
 	if err != nil {
 		return err
 	}
@@ -54,6 +55,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	cfg.EtcdEndpoints = strings.Join(etcd.Endpoints(), ",")
 	cfg.PostgresDSN = pg.DSN()
+
+	if _, err := redisthrowaway.FindBinary(); err != nil {
+		log.Warn("Redis disabled: redis-server not found (install Debian package redis-server)")
+	} else {
+		log.Info("starting throwaway Redis")
+		rd, err := redisthrowaway.Start(ctx, redisthrowaway.Options{})
+		if err != nil {
+			return err
+		}
+		defer rd.Close()
+		cfg.RedisAddr = rd.Addr()
+	}
 	return serve(ctx, cfg, log, func() { printTryIt(stdout, cfg) })
 }
 
@@ -63,6 +76,7 @@ func printTryIt(w io.Writer, cfg serveConfig) {
 fencegate dev is up.
   etcd        %[1]s  (embedded)
   PostgreSQL  %[2]s  (throwaway)
+  Redis       %[8]s
   gRPC        %[3]s   HTTP %[4]s
 
 Try it (another terminal):
@@ -75,7 +89,24 @@ Try it (another terminal):
   curl -s localhost%[6]s/metrics | grep ^fencegate_
 
 Ctrl-C stops everything.
-`, ep, cfg.PostgresDSN, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ElectionPrefix, portOf(cfg.HTTPAddr))
+`, ep, cfg.PostgresDSN, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ElectionPrefix, portOf(cfg.HTTPAddr), redisTry(cfg), redisLine(cfg))
+}
+
+func redisLine(cfg serveConfig) string {
+	if cfg.RedisAddr == "" {
+		return "not started: install Debian package redis-server"
+	}
+	return cfg.RedisAddr + "  (throwaway)"
+}
+
+func redisTry(cfg serveConfig) string {
+	if cfg.RedisAddr == "" {
+		return ""
+	}
+	return fmt.Sprintf(`  curl -s -XPOST localhost%s/v1/fences/jobs/redis -H 'Fencing-Token: <token>' \
+    -d '{"commands":[["SET","{jobs}:last","7"],["INCR","{jobs}:count"]]}'
+  redis-cli -p %s GET '{jobs}:last'
+`, portOf(cfg.HTTPAddr), strings.TrimPrefix(portOf(cfg.RedisAddr), ":"))
 }
 
 func portOf(addr string) string {

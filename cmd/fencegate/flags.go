@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
+	"github.com/fencegate/fencegate/proxy/redis"
 )
 
 // serveConfig is everything `fencegate serve` is configured with.
@@ -28,6 +29,7 @@ type serveConfig struct {
 	ShutdownTimeout time.Duration
 	Proxy           proxy.Config
 	Postgres        postgres.Config
+	Redis           redis.Config
 }
 
 func defaultServeConfig() serveConfig {
@@ -43,6 +45,7 @@ func defaultServeConfig() serveConfig {
 		ShutdownTimeout: 10 * time.Second,
 		Proxy:           proxy.DefaultConfig(),
 		Postgres:        postgres.DefaultConfig(),
+		Redis:           redis.DefaultConfig(),
 	}
 }
 
@@ -65,7 +68,18 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.IntVar(&c.Proxy.MaxParams, "max-params", c.Proxy.MaxParams, "most parameters of one statement")
 	fs.DurationVar(&c.Proxy.VerifyTimeout, "verify-timeout", c.Proxy.VerifyTimeout, "deadline of the etcd read that verifies a new term")
 	fs.DurationVar(&c.Postgres.StatementTimeout, "statement-timeout", c.Postgres.StatementTimeout, "PostgreSQL statement_timeout of fenced writes")
-	var maxConns int = int(c.Postgres.MaxConns)
+	fs.IntVar(&c.Redis.PoolSize, "redis-pool-size", c.Redis.PoolSize, "most Redis connections in the pool")
+	fs.BoolVar(&c.Redis.CheckSlots, "redis-check-slots", c.Redis.CheckSlots,
+		"refuse Redis keys outside the fence's cluster hash slot (use the {<fence>} hash tag)")
+	fs.Func("redis-allow", "comma-separated Redis commands to allow beyond the default allowlist", func(s string) error {
+		for _, name := range strings.Split(s, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				c.Redis.Allow = append(c.Redis.Allow, name)
+			}
+		}
+		return nil
+	})
+	maxConns := int(c.Postgres.MaxConns)
 	fs.Func("postgres-max-conns", fmt.Sprintf("most PostgreSQL connections in the pool (default %d)", maxConns), func(s string) error {
 		var n int32
 		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {

@@ -24,10 +24,12 @@ import (
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
+	"github.com/fencegate/fencegate/proxy/redis"
 )
 
 const serveSummary = `Serve the gateway: watch elections in etcd, accept fenced writes over gRPC
-and HTTP/JSON, and apply them to PostgreSQL. At least one backend is required.`
+and HTTP/JSON, and apply them to PostgreSQL and/or Redis. At least one backend
+is required.`
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := defaultServeConfig()
@@ -65,11 +67,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	if err := cfg.validate(); err != nil {
 		return err
 	}
-	switch {
-	case cfg.RedisAddr != "":
-		return errors.New("--redis-addr: the Redis backend is not available in this version")
-	case cfg.PostgresDSN == "":
-		return errors.New("no backend configured: set --postgres-dsn (or FENCEGATE_POSTGRES_DSN)")
+	if cfg.PostgresDSN == "" && cfg.RedisAddr == "" {
+		return errors.New("no backend configured: set --postgres-dsn or --redis-addr (or FENCEGATE_POSTGRES_DSN, FENCEGATE_REDIS_ADDR)")
 	}
 
 	etcd, err := dialEtcd(ctx, cfg)
@@ -78,13 +77,25 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	}
 	defer etcd.Close()
 
-	pg, err := postgres.Open(ctx, cfg.PostgresDSN, cfg.Postgres)
-	if err != nil {
-		return err
+	opts := proxy.Options{Logger: log}
+	if cfg.PostgresDSN != "" {
+		pg, err := postgres.Open(ctx, cfg.PostgresDSN, cfg.Postgres)
+		if err != nil {
+			return err
+		}
+		defer pg.Close()
+		if err := pg.Migrate(ctx); err != nil {
+			return err
+		}
+		opts.Postgres = pg
 	}
-	defer pg.Close()
-	if err := pg.Migrate(ctx); err != nil {
-		return err
+	if cfg.RedisAddr != "" {
+		rd, err := redis.Open(ctx, cfg.RedisAddr, cfg.Redis)
+		if err != nil {
+			return err
+		}
+		defer rd.Close()
+		opts.Redis = rd
 	}
 
 	watcher, err := election.NewWatcher(etcd, election.WatcherConfig{
@@ -101,7 +112,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	gw, err := proxy.New(cfg.Proxy, proxy.Options{Terms: watcher, Postgres: pg, Logger: log, Registerer: reg})
+	opts.Terms, opts.Registerer = watcher, reg
+	gw, err := proxy.New(cfg.Proxy, opts)
 	if err != nil {
 		return err
 	}
@@ -171,7 +183,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		return nil
 	})
 	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
-		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix, "version", version())
+		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix,
+		"postgres", opts.Postgres != nil, "redis", opts.Redis != nil, "version", version())
 	if started != nil {
 		started()
 	}

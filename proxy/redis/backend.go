@@ -1,0 +1,169 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/fencegate/fencegate/tokens"
+)
+
+// Backend is fencegate's Redis backend: a connection pool that runs fenced
+// writes. It is safe for concurrent use.
+type Backend struct {
+	client *goredis.Client
+	addr   string
+	cfg    Config
+	allow  allowlist
+}
+
+// Open connects to the Redis server at addr (host:port) and checks that it
+// answers PING. The error is one line naming addr. Cancelling ctx aborts
+// the check.
+func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	allow, err := newAllowlist(cfg.Allow)
+	if err != nil {
+		return nil, err
+	}
+	client := goredis.NewClient(&goredis.Options{
+		Addr: addr,
+		// RESP2: a script's nil is a nil reply, not a RESP3 boolean.
+		Protocol: 2,
+		// Never resend a write: after a lost connection the script may
+		// have run, and running it twice would apply it twice.
+		MaxRetries:  -1,
+		DialTimeout: cfg.DialTimeout,
+		// One attempt per call: a write waits for one DialTimeout at most.
+		DialerRetries:         1,
+		ReadTimeout:           cfg.ReadTimeout,
+		WriteTimeout:          cfg.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		PoolSize:              cfg.PoolSize,
+		DisableIdentity:       true,
+		MaintNotificationsConfig: &maintnotifications.Config{
+			Mode: maintnotifications.ModeDisabled,
+		},
+	})
+	b := &Backend{client: client, addr: addr, cfg: cfg, allow: allow}
+	if err := b.Ping(ctx); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("redis: cannot reach %s: %w", addr, oneLine(err))
+	}
+	return b, nil
+}
+
+// oneLine keeps an error on one line.
+func oneLine(err error) error {
+	if msg := err.Error(); strings.ContainsAny(msg, "\r\n") {
+		return errors.New(strings.Join(strings.Fields(msg), " "))
+	}
+	return err
+}
+
+// Close closes the connections. Calls in progress fail.
+func (b *Backend) Close() error {
+	return b.client.Close()
+}
+
+// Addr returns the host:port the backend connects to.
+func (b *Backend) Addr() string { return b.addr }
+
+// Ping checks that the server answers.
+func (b *Backend) Ping(ctx context.Context) error {
+	return b.client.Ping(ctx).Err()
+}
+
+// HighWater returns the fence's high-water mark and whether the fence
+// exists.
+func (b *Backend) HighWater(ctx context.Context, fence string) (tokens.Token, bool, error) {
+	v, err := b.client.Get(ctx, TokenKey(fence)).Result()
+	if errors.Is(err, goredis.Nil) {
+		return 0, false, nil
+	}
+	if err != nil {
+		return 0, false, fmt.Errorf("redis: read fence %q on %s: %w", fence, b.addr, err)
+	}
+	t, err := tokens.Parse(v)
+	if err != nil {
+		return 0, false, fmt.Errorf("redis: fence %q on %s holds %q, not a token", fence, b.addr, v)
+	}
+	return t, true, nil
+}
+
+// Fences returns every fence, ordered by name. It walks the keyspace with
+// SCAN, so it costs time in proportion to the whole database, and a fence
+// created during the walk may be missing. Token keys holding anything but
+// a token are left out.
+func (b *Backend) Fences(ctx context.Context) ([]Fence, error) {
+	var names, keys []string
+	iter := b.client.Scan(ctx, 0, reservedPrefix+"{*}:token", 1000).Iterator()
+	for iter.Next(ctx) {
+		key := iter.Val()
+		name, ok := strings.CutPrefix(key, reservedPrefix+"{")
+		if !ok {
+			continue
+		}
+		if name, ok = strings.CutSuffix(name, "}:token"); !ok || strings.ContainsAny(name, "{}") {
+			continue
+		}
+		names = append(names, name)
+		keys = append(keys, key)
+	}
+	if err := iter.Err(); err != nil {
+		return nil, fmt.Errorf("redis: list fences on %s: %w", b.addr, err)
+	}
+	fences := make([]Fence, 0, len(keys))
+	if len(keys) == 0 {
+		return fences, nil
+	}
+	// One GET each, pipelined: in a cluster the keys are in many slots.
+	cmds, err := b.client.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for _, k := range keys {
+			p.Get(ctx, k)
+		}
+		return nil
+	})
+	if err != nil && !errors.Is(err, goredis.Nil) {
+		return nil, fmt.Errorf("redis: list fences on %s: %w", b.addr, err)
+	}
+	for i, c := range cmds {
+		v, err := c.(*goredis.StringCmd).Result()
+		if errors.Is(err, goredis.Nil) {
+			continue // deleted since the scan
+		}
+		if err != nil {
+			return nil, fmt.Errorf("redis: list fences on %s: %w", b.addr, err)
+		}
+		t, err := tokens.Parse(v)
+		if err != nil {
+			continue // not a token: no fence (Exec refuses to use it)
+		}
+		fences = append(fences, Fence{Name: names[i], HighWater: t})
+	}
+	sort.Slice(fences, func(i, j int) bool { return fences[i].Name < fences[j].Name })
+	// SCAN may return a key twice.
+	out := fences[:0]
+	for i, f := range fences {
+		if i == 0 || f.Name != fences[i-1].Name {
+			out = append(out, f)
+		}
+	}
+	return out, nil
+}
+
+// parseToken parses a high-water mark the script returned.
+func parseToken(v any) tokens.Token {
+	s, _ := v.(string)
+	n, _ := strconv.ParseUint(s, 10, 64)
+	return tokens.Token(n)
+}

@@ -1,0 +1,148 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencegate/fencegate/tokens"
+)
+
+// Exec runs a fenced write: in one Lua script, it checks token t against
+// the fence's high-water mark, runs cmds in order and raises the mark to t.
+// One round trip (EVALSHA; EVAL once more if the server lost the script).
+// Either every command is applied or none is.
+//
+// cmds are commands as argument lists, the name first (any case), e.g.
+// {"SET", "{jobs}:last", "7"}. The replies are JSON-friendly: string for
+// bulk and status replies ("OK"), int64, nil, and []any for arrays.
+//
+// Refusals are *tokens.RefusalError with Fence and Token set:
+// COMMAND_NOT_ALLOWED or INVALID_REQUEST (metadata "command": the 0-based
+// index) before anything is sent; STALE_TOKEN with HighWater when t is
+// below the fence's high-water mark; STATEMENT_FAILED with metadata
+// "command" and "error" (Redis's error text) when a command failed and the
+// write was rolled back; BACKEND_UNAVAILABLE when the server could not be
+// reached or did not answer in time, with metadata "outcome": "unknown"
+// when the script may have run all the same. Cancelling ctx aborts the
+// wait; after the script was sent that is BACKEND_UNAVAILABLE with an
+// unknown outcome.
+func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [][]string) ([]any, error) {
+	p, r := b.check(fence, t, TokenKey(fence), cmds)
+	if r != nil {
+		return nil, r
+	}
+	res, err := script.Run(ctx, b.client, p.keys, p.args...).Result()
+	if err != nil {
+		return nil, b.unavailable(fence, t, err)
+	}
+	reply, ok := res.([]any)
+	if !ok || len(reply) == 0 {
+		return nil, b.unexpected(fence, t, res)
+	}
+	marker, _ := reply[0].(int64)
+	switch {
+	case marker == replyOK && len(reply) == len(cmds)+1:
+		out := reply[1:]
+		for i, v := range out {
+			out[i] = jsonValue(v)
+		}
+		return out, nil
+	case marker == replyStale && len(reply) == 2:
+		r := tokens.Refuse(tokens.ReasonStaleToken, fence, t, "token %d is below the fence's high-water mark %v", t, reply[1])
+		r.HighWater = parseToken(reply[1])
+		return nil, r
+	case marker == replyFailed && len(reply) == 3:
+		i, _ := reply[1].(int64)
+		text, _ := reply[2].(string)
+		r := refuseCommand(tokens.ReasonStatementFailed, fence, t, int(i), "%s (rolled back)", text)
+		r.Metadata["error"] = text
+		return nil, r
+	case marker == replyCorrupt && len(reply) == 2:
+		return nil, tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t,
+			"key %s on %s holds %q, not a token; nothing written", TokenKey(fence), b.addr, reply[1])
+	}
+	return nil, b.unexpected(fence, t, res)
+}
+
+// unexpected is a reply the script cannot have given: someone else's
+// script under our SHA, or a bug. The write may have been applied.
+func (b *Backend) unexpected(fence string, t tokens.Token, res any) *tokens.RefusalError {
+	r := tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t, "unexpected reply from %s: %.200v", b.addr, res)
+	r.Metadata = map[string]string{"outcome": "unknown"}
+	return r
+}
+
+// notRunPrefixes are error replies with which Redis refuses to run a script
+// at all: the write was not applied.
+var notRunPrefixes = []string{
+	"LOADING", "BUSY", "OOM", "READONLY", "MASTERDOWN", "NOREPLICAS", "MISCONF",
+	"NOSCRIPT", "NOAUTH", "NOPERM", "WRONGPASS", "CLUSTERDOWN", "MOVED", "ASK",
+	"TRYAGAIN", "CROSSSLOT",
+}
+
+// unavailable turns an error of the script call into its refusal.
+func (b *Backend) unavailable(fence string, t tokens.Token, err error) *tokens.RefusalError {
+	r := &tokens.RefusalError{Reason: tokens.ReasonBackendUnavailable, Fence: fence, Token: t, Err: err}
+	var rerr goredis.Error
+	if errors.As(err, &rerr) {
+		msg := rerr.Error()
+		for _, p := range notRunPrefixes {
+			if strings.HasPrefix(msg, p+" ") || msg == p {
+				r.Msg = b.addr + " refused the write"
+				return r
+			}
+		}
+		// An error raised by the script itself, e.g. a failed rollback:
+		// commands before it may stay applied.
+		r.Msg = "the write failed on " + b.addr
+		r.Metadata = map[string]string{"outcome": "unknown"}
+		return r
+	}
+	if notSent(err) {
+		r.Msg = "cannot reach " + b.addr
+		return r
+	}
+	r.Msg = "lost " + b.addr + " during the write"
+	if isTimeout(err) {
+		r.Msg += ": timed out"
+	}
+	r.Metadata = map[string]string{"outcome": "unknown"}
+	return r
+}
+
+// notSent reports whether err happened before the script was sent: no
+// connection could be made or taken from the pool, or the client is closed.
+func notSent(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	return errors.Is(err, goredis.ErrClosed) || errors.Is(err, goredis.ErrPoolTimeout)
+}
+
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// jsonValue turns a RESP2 reply into string, int64, nil or []any.
+func jsonValue(v any) any {
+	switch v := v.(type) {
+	case []any:
+		for i, e := range v {
+			v[i] = jsonValue(e)
+		}
+		return v
+	case string, int64, nil:
+		return v
+	case error:
+		return v.Error()
+	default:
+		return fmt.Sprint(v)
+	}
+}

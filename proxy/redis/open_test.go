@@ -1,0 +1,62 @@
+package redis
+
+import (
+	"net"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// closedPort returns a loopback port nothing listens on.
+func closedPort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	return port
+}
+
+func TestOpenUnreachableNamesAddr(t *testing.T) {
+	t.Parallel()
+	addr := "127.0.0.1:" + strconv.Itoa(closedPort(t))
+	_, err := Open(t.Context(), addr, DefaultConfig())
+	if err == nil {
+		t.Fatal("Open: got nil, want an error")
+	}
+	if msg := err.Error(); !strings.Contains(msg, addr) || strings.Contains(msg, "\n") {
+		t.Errorf("error: got %q, want one line naming %s", msg, addr)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	t.Parallel()
+	if err := DefaultConfig().Validate(); err != nil {
+		t.Errorf("DefaultConfig().Validate(): got %v, want nil", err)
+	}
+	if !DefaultConfig().CheckSlots {
+		t.Errorf("DefaultConfig().CheckSlots: got false, want true")
+	}
+	bad := []Config{
+		{PoolSize: -1},
+		{DialTimeout: -1},
+		{ReadTimeout: -1},
+		{WriteTimeout: -1},
+		{Allow: []string{"EVAL"}},
+		{Allow: []string{"FLUSHALL"}},
+		{Allow: []string{"NO-SUCH-COMMAND"}},
+	}
+	for _, c := range bad {
+		if err := c.withDefaults().Validate(); err == nil {
+			t.Errorf("Validate(%+v): got nil, want an error", c)
+		}
+		if _, err := Open(t.Context(), server.Addr(), c); err == nil {
+			t.Errorf("Open(%+v): got nil, want an error", c)
+		}
+	}
+	if err := (Config{Allow: []string{"rename", "GET"}}).withDefaults().Validate(); err != nil {
+		t.Errorf("Validate with known commands in Allow: got %v, want nil", err)
+	}
+}

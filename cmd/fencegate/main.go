@@ -20,8 +20,8 @@ Usage:
   fencegate <command> [flags]
 
 Commands:
-  serve     serve the gateway against etcd and PostgreSQL
-  dev       serve on embedded defaults: embedded etcd, throwaway PostgreSQL
+  serve     serve the gateway against etcd and PostgreSQL and/or Redis
+  dev       serve on embedded defaults: embedded etcd, throwaway PostgreSQL and Redis
   migrate   apply fencegate's schema to PostgreSQL and exit
   version   print the version and exit
 

@@ -349,6 +349,8 @@ func TestMetricsAndHealth(t *testing.T) {
 	waitTerm(t, r, fence, l.token)
 	execHTTP(t, r, fence, l.token, insert(table, "w", l.token))
 	execHTTP(t, r, fence, l.token-1, insert(table, "w", l.token))
+	redisHTTP(t, r, fence, l.token, fmt.Sprintf(`{"commands":[["SET","{%s}:k","v"]]}`, fence))
+	redisHTTP(t, r, fence, l.token, `{"commands":[["FLUSHDB"]]}`)
 
 	for _, path := range []string{"/healthz", "/readyz"} {
 		resp, err := http.Get(r.url + path)
@@ -380,6 +382,9 @@ func TestMetricsAndHealth(t *testing.T) {
 	for _, want := range []string{
 		`fencegate_requests_total{backend="postgres",outcome="accepted"} 1`,
 		`fencegate_requests_total{backend="postgres",outcome="stale_token"} 1`,
+		`fencegate_requests_total{backend="redis",outcome="accepted"} 1`,
+		`fencegate_requests_total{backend="redis",outcome="command_not_allowed"} 1`,
+		`fencegate_requests_total{backend="redis",outcome="term_ended"} 0`,
 		fmt.Sprintf(`fencegate_rejections_total{fence=%q,reason="stale_token"} 1`, fence),
 		`fencegate_request_duration_seconds_bucket{backend="postgres",outcome="accepted"`,
 		fmt.Sprintf(`fencegate_fence_high_water{fence=%q} %d`, fence, l.token),

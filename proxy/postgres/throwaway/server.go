@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/user"
@@ -12,9 +11,10 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fencegate/fencegate/proxy/internal/serverproc"
 )
 
 // ErrNotFound is returned by Start when the PostgreSQL server binaries are not
@@ -51,20 +51,7 @@ type Server struct {
 	dataDir string
 	tempDir string // removed on Close; empty when Options.Dir was given
 	cred    *syscall.Credential
-
-	mu     sync.Mutex
-	port   int
-	proc   *process // nil while stopped
-	closed bool
-}
-
-// process is one run of the postmaster.
-type process struct {
-	cmd   *exec.Cmd
-	log   *logWriter
-	done  chan struct{} // closed when the postmaster has exited
-	err   error         // its exit status, set before done is closed
-	ready chan struct{} // closed when the ready line was logged
+	run     *serverproc.Runner
 }
 
 // Start creates (or reuses, see Options.Dir) a cluster, starts the server and
@@ -78,7 +65,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{opts: opts, binDir: binDir, port: opts.Port}
+	s := &Server{opts: opts, binDir: binDir}
 	if os.Geteuid() == 0 {
 		u, err := user.Lookup("postgres")
 		if err != nil {
@@ -89,13 +76,20 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}
 	}
 	if err := s.initCluster(ctx); err != nil {
-		_ = s.removeTemp()
+		if s.tempDir != "" {
+			_ = os.RemoveAll(s.tempDir)
+		}
 		return nil, err
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if err := s.startLocked(ctx, false); err != nil {
-		_ = s.removeTemp()
+	s.run = serverproc.NewRunner(serverproc.Config{
+		Name:         "throwaway postgres",
+		Port:         opts.Port,
+		StartTimeout: opts.StartTimeout,
+		StopSignal:   syscall.SIGINT, // fast shutdown
+		TempDir:      s.tempDir,
+		Run:          s.runPostmaster,
+	})
+	if err := s.run.Start(ctx); err != nil {
 		return nil, err
 	}
 	return s, nil
@@ -189,36 +183,12 @@ func (s *Server) command(ctx context.Context, name string, args ...string) *exec
 	return cmd
 }
 
-// startLocked starts the postmaster; with samePort it never moves to
-// another port.
-func (s *Server) startLocked(ctx context.Context, samePort bool) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
-	defer cancel()
-	var lastErr error
-	for attempt := 0; attempt < 3; attempt++ {
-		if s.port == 0 || (!samePort && s.opts.Port == 0 && attempt > 0) {
-			p, err := freePort()
-			if err != nil {
-				return err
-			}
-			s.port = p
-		}
-		lastErr = s.runLocked(ctx)
-		if lastErr == nil {
-			return nil
-		}
-		if ctx.Err() != nil || samePort || s.opts.Port != 0 {
-			// A fixed port that is taken will stay taken.
-			break
-		}
-	}
-	return lastErr
-}
-
-func (s *Server) runLocked(ctx context.Context) error {
+// runPostmaster starts the postmaster on port and waits until it accepts
+// connections.
+func (s *Server) runPostmaster(ctx context.Context, port int) (*serverproc.Process, error) {
 	args := []string{
 		"-D", s.dataDir,
-		"-p", strconv.Itoa(s.port),
+		"-p", strconv.Itoa(port),
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=" + s.dataDir,
 		"-c", "logging_collector=off",
@@ -237,37 +207,14 @@ func (s *Server) runLocked(ctx context.Context) error {
 		// If we die without stopping it, immediate shutdown.
 		Pdeathsig: syscall.SIGQUIT,
 	}
-	p := &process{cmd: cmd, done: make(chan struct{}), ready: make(chan struct{})}
-	p.log = &logWriter{logf: s.opts.Logf, ready: p.ready}
-	cmd.Stdout, cmd.Stderr = p.log, p.log
-	cmd.WaitDelay = 5 * time.Second
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("throwaway postgres: start: %w", err)
-	}
-	go func() {
-		p.err = cmd.Wait()
-		close(p.done)
-	}()
-	select {
-	case <-p.ready:
-		s.proc = p
-		return nil
-	case <-p.done:
-		return fmt.Errorf("throwaway postgres: server exited during start (%v): %s", p.err, p.log.tail())
-	case <-ctx.Done():
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-p.done
-		return fmt.Errorf("throwaway postgres: server not ready: %w: %s", ctx.Err(), p.log.tail())
-	}
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := serverproc.Start(cmd, serverproc.NewLogWriter("postgres", readyLine, s.opts.Logf))
 	if err != nil {
-		return 0, fmt.Errorf("throwaway postgres: find a free port: %w", err)
+		return nil, fmt.Errorf("throwaway postgres: start: %w", err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	if err := p.WaitReady(ctx); err != nil {
+		return nil, fmt.Errorf("throwaway postgres: %w: %s", err, tail(p.Log()))
+	}
+	return p, nil
 }
 
 // DSN returns a connection string for the postgres superuser and database
@@ -277,11 +224,7 @@ func (s *Server) DSN() string {
 }
 
 // Port returns the TCP port the server listens on (on 127.0.0.1).
-func (s *Server) Port() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.port
-}
+func (s *Server) Port() int { return s.run.Port() }
 
 // SocketDir returns the directory of the server's unix socket.
 func (s *Server) SocketDir() string { return s.dataDir }
@@ -290,167 +233,30 @@ func (s *Server) SocketDir() string { return s.dataDir }
 func (s *Server) DataDir() string { return s.dataDir }
 
 // PID returns the postmaster's process id, or 0 while stopped.
-func (s *Server) PID() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return 0
-	}
-	return s.proc.cmd.Process.Pid
-}
+func (s *Server) PID() int { return s.run.PID() }
 
 // Kill kills the server and all its backends with SIGKILL, as a crash would,
 // and waits for the postmaster to exit. Restart brings it back (with crash
 // recovery).
-func (s *Server) Kill() error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.proc == nil {
-		return nil
-	}
-	_ = syscall.Kill(-s.proc.cmd.Process.Pid, syscall.SIGKILL)
-	<-s.proc.done
-	s.proc = nil
-	return nil
-}
+func (s *Server) Kill() error { return s.run.Kill() }
 
 // Restart stops the server if it runs (fast shutdown) and starts it again
 // on the same port with the same data.
-func (s *Server) Restart(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.closed {
-		return errors.New("throwaway postgres: restart after close")
-	}
-	if err := s.stopLocked(ctx.Done(), ctx.Err); err != nil {
-		return err
-	}
-	return s.startLocked(ctx, true)
-}
+func (s *Server) Restart(ctx context.Context) error { return s.run.Restart(ctx) }
 
 // Stop stops the server with a fast shutdown (what `pg_ctl stop -m fast`
 // does: roll back open transactions, disconnect clients) and removes the
 // temporary directory. If ctx ends first the server is killed. Stop is
 // idempotent.
-func (s *Server) Stop(ctx context.Context) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.stopLocked(ctx.Done(), ctx.Err)
-	s.closed = true
-	if rmErr := s.removeTemp(); err == nil {
-		err = rmErr
-	}
-	return err
-}
+func (s *Server) Stop(ctx context.Context) error { return s.run.Stop(ctx.Done(), ctx.Err) }
 
 // Close is Stop with a 30 second limit on the shutdown, after which the
 // server is killed.
-func (s *Server) Close() error {
-	t := time.NewTimer(30 * time.Second)
-	defer t.Stop()
-	abort := make(chan struct{})
-	go func() {
-		select {
-		case <-t.C:
-			close(abort)
-		case <-abort:
-		}
-	}()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	err := s.stopLocked(abort, func() error { return errors.New("shutdown took over 30s") })
-	select {
-	case <-abort:
-	default:
-		close(abort)
-	}
-	s.closed = true
-	if rmErr := s.removeTemp(); err == nil {
-		err = rmErr
-	}
-	return err
-}
+func (s *Server) Close() error { return s.run.Close(30 * time.Second) }
 
-// stopLocked asks for a fast shutdown and waits for it, killing the server
-// if abort is closed first.
-func (s *Server) stopLocked(abort <-chan struct{}, cause func() error) error {
-	p := s.proc
-	if p == nil {
-		return nil
-	}
-	s.proc = nil
-	pid := p.cmd.Process.Pid
-	if err := syscall.Kill(pid, syscall.SIGINT); err != nil && !errors.Is(err, syscall.ESRCH) {
-		return fmt.Errorf("throwaway postgres: stop: %w", err)
-	}
-	select {
-	case <-p.done:
-	case <-abort:
-		_ = syscall.Kill(-pid, syscall.SIGKILL)
-		<-p.done
-		return fmt.Errorf("throwaway postgres: stop: %w (killed)", cause())
-	}
-	// Backends have exited with the postmaster; make sure of it.
-	_ = syscall.Kill(-pid, syscall.SIGKILL)
-	return nil
-}
-
-func (s *Server) removeTemp() error {
-	if s.tempDir == "" {
-		return nil
-	}
-	dir := s.tempDir
-	s.tempDir = ""
-	if err := os.RemoveAll(dir); err != nil {
-		return fmt.Errorf("throwaway postgres: %w", err)
-	}
-	return nil
-}
-
-// logWriter splits the server's output into lines, passes them to logf,
-// keeps the last few for error messages and spots the ready line.
-type logWriter struct {
-	logf  func(string, ...any)
-	ready chan struct{}
-
-	mu      sync.Mutex
-	partial []byte
-	last    []string
-	isReady bool
-}
-
-const keepLines = 20
-
-func (w *logWriter) Write(b []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.partial = append(w.partial, b...)
-	for {
-		i := strings.IndexByte(string(w.partial), '\n')
-		if i < 0 {
-			break
-		}
-		line := string(w.partial[:i])
-		w.partial = w.partial[i+1:]
-		if w.logf != nil {
-			w.logf("postgres: %s", line)
-		}
-		if len(w.last) == keepLines {
-			w.last = w.last[1:]
-		}
-		w.last = append(w.last, line)
-		if !w.isReady && strings.Contains(line, readyLine) {
-			w.isReady = true
-			close(w.ready)
-		}
-	}
-	return len(b), nil
-}
-
-func (w *logWriter) tail() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return lastLines(strings.Join(w.last, "\n"), 5)
+// tail is the end of the server's log for an error message.
+func tail(w *serverproc.LogWriter) string {
+	return lastLines(strings.Join(w.Tail(serverproc.KeepLines), "\n"), 5)
 }
 
 func lastLines(s string, n int) string {

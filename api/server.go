@@ -39,8 +39,10 @@ func (s *Server) Register(gs *grpc.Server) {
 // or the HTTP header as forwarded by grpc-gateway. More than one value is
 // refused as an invalid token.
 func tokenFrom(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	vs := md.Get(tokens.MetadataKey)
+	// Not FromIncomingContext, which copies the whole metadata map on
+	// every request; this looks the key up the same way (exact, then case
+	// insensitive) and copies only its values.
+	vs := metadata.ValueFromIncomingContext(ctx, tokens.MetadataKey)
 	switch len(vs) {
 	case 0:
 		return ""

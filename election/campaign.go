@@ -180,12 +180,16 @@ func waitDeletes(ctx context.Context, client *clientv3.Client, pfx string, maxCr
 	}
 }
 
-// waitDelete waits for key to be deleted after revision rev. It returns nil
-// also when the watch breaks, for the caller to look again.
+// waitDelete waits for key to be deleted after revision rev, at which it
+// existed. It returns nil also when the watch breaks, for the caller to look
+// again.
 func waitDelete(ctx context.Context, client *clientv3.Client, key string, rev int64) error {
 	wctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	for wr := range client.Watch(wctx, key, clientv3.WithRev(rev)) {
+	// Start at rev+1: a watch from a revision etcd has already applied is
+	// served by its unsynced-watcher loop, which runs every 100ms and would
+	// delay every takeover by up to that much.
+	for wr := range client.Watch(wctx, key, clientv3.WithRev(rev+1)) {
 		if wr.Err() != nil || wr.Canceled {
 			return nil
 		}

@@ -23,6 +23,7 @@ type serveConfig struct {
 	RedisAddr       string
 	GRPCAddr        string
 	HTTPAddr        string
+	PprofAddr       string
 	LogFormat       string
 	LogLevel        string
 	MaxBodyBytes    int
@@ -60,6 +61,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	}
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP/JSON, health and metrics listen address")
+	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's net/http/pprof profiles on this address (off when empty; never expose it)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
 	fs.IntVar(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest request accepted, in bytes")

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -129,7 +130,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		return fmt.Errorf("--http-addr: %w", err)
 	}
 
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(2 * cfg.MaxBodyBytes))
+	gs := grpc.NewServer(grpc.MaxRecvMsgSize(2*cfg.MaxBodyBytes),
+		// A fixed set of goroutines with grown stacks serves the streams,
+		// instead of a new goroutine (and stack growth) per request.
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
 	srv.Register(gs)
 	reflection.Register(gs)
 
@@ -154,6 +158,15 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 
 	g, gctx := errgroup.WithContext(ctx)
+	if cfg.PprofAddr != "" {
+		ps, err := servePprof(gctx, g, cfg.PprofAddr)
+		if err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return err
+		}
+		log.Info("serving pprof", "addr", ps)
+	}
 	g.Go(func() error { return watcher.Run(gctx) })
 	g.Go(func() error {
 		if err := gs.Serve(grpcLis); err != nil {

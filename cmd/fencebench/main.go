@@ -1,0 +1,215 @@
+// Command fencebench measures fencegate's write path against writing to
+// PostgreSQL and Redis directly, on the same servers in the same run.
+//
+// It starts an embedded etcd (in-process), a throwaway PostgreSQL and Redis,
+// and bin/fencegate serve as a separate process, so fencegate's own CPU and
+// RSS can be read from /proc. Workers campaign with election.Campaign to
+// hold real fencing tokens. Every load is closed-loop: N clients issue
+// requests back to back for the duration, after a warm-up.
+//
+//	fencebench [--quick] [--json] [--markdown docs/BENCHMARKS.md] [flags]
+//
+// The table goes to stdout (and, with --markdown, between the fencebench
+// markers of that file); --json adds one JSON object per measurement to
+// stdout, each line starting with '{'. Progress goes to stderr.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// config is fencebench's command line.
+type config struct {
+	quick        bool
+	json         bool
+	markdown     string
+	fencegate    string
+	clients      []int
+	hotClients   []int
+	duration     time.Duration
+	warmup       time.Duration
+	reps         int
+	paths        string
+	only         string
+	killTrials   int
+	resignTrials int
+	propTrials   int
+	elections    int
+	ttl          time.Duration
+	grpcPerConn  int
+	profileDir   string
+	etcdNoFsync  bool
+	gateArgs     string
+	command      string
+}
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == leaderCommand {
+		os.Exit(runLeaderChild(os.Args[2:]))
+	}
+	cfg, err := parseConfig(os.Args[1:])
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fencebench:", err)
+		os.Exit(2)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx, cfg); err != nil {
+		fmt.Fprintln(os.Stderr, "fencebench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseConfig(args []string) (config, error) {
+	cfg := config{command: "fencebench " + strings.Join(args, " ")}
+	fs := flag.NewFlagSet("fencebench", flag.ContinueOnError)
+	fs.BoolVar(&cfg.quick, "quick", false, "short run (under 2 minutes): fewer clients, shorter loads, fewer trials")
+	fs.BoolVar(&cfg.json, "json", false, "also print one JSON object per measurement to stdout")
+	fs.StringVar(&cfg.markdown, "markdown", "", "write the report between the fencebench markers of this Markdown `file` (created if missing)")
+	fs.StringVar(&cfg.fencegate, "fencegate", "bin/fencegate", "fencegate binary to run as the gateway under test")
+	clients := fs.String("clients", "", "comma-separated client counts for the distinct-fences scenario (default 1,16,64)")
+	hot := fs.String("hot-clients", "", "comma-separated client counts for the hot-fence scenario (default 16,64)")
+	fs.DurationVar(&cfg.duration, "duration", 0, "measured time of each load (default 5s, quick 1s)")
+	fs.DurationVar(&cfg.warmup, "warmup", 0, "warm-up before each load (default 1s, quick 300ms)")
+	fs.IntVar(&cfg.reps, "reps", 0, "repetitions of each load, paths interleaved (default 2, quick 1)")
+	fs.StringVar(&cfg.paths, "paths", "", "comma-separated paths to measure (default all: pg-direct-plain,pg-direct-fenced,pg-grpc,pg-http,redis-direct-plain,redis-direct-fenced,redis-grpc,redis-http)")
+	fs.StringVar(&cfg.only, "only", "", "comma-separated parts to run: load,stale,propagation,failover,elections (default all)")
+	fs.IntVar(&cfg.killTrials, "kill-trials", 0, "failover trials with a leader SIGKILL (default 20, quick 3)")
+	fs.IntVar(&cfg.resignTrials, "resign-trials", 0, "failover trials with a resigning leader (default 50, quick 10)")
+	fs.IntVar(&cfg.propTrials, "propagation-trials", 0, "term propagation trials (default 100, quick 20)")
+	fs.IntVar(&cfg.elections, "elections", 0, "elections to add for the many-elections check (default 10000, quick 2000)")
+	fs.DurationVar(&cfg.ttl, "ttl", 2*time.Second, "lease TTL of the leaders in the failover trials")
+	fs.IntVar(&cfg.grpcPerConn, "grpc-clients-per-conn", 8, "gRPC clients sharing one connection (real clients are separate processes)")
+	fs.StringVar(&cfg.profileDir, "profile-dir", "", "save fencegate CPU profiles (pprof) of the 64-client fencegate loads, and a heap profile, in this `dir`")
+	fs.BoolVar(&cfg.etcdNoFsync, "etcd-nofsync", false, "run the embedded etcd without fsync")
+	fs.StringVar(&cfg.gateArgs, "fencegate-args", "", "extra space-separated flags for fencegate serve")
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "Usage: fencebench [flags]\n\nCompares fencegate's write path with direct PostgreSQL and Redis writes on servers it starts itself.\n\nFlags:\n")
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return cfg, err
+	}
+	def := func(v *int, full, quick int) {
+		if *v == 0 {
+			*v = full
+			if cfg.quick {
+				*v = quick
+			}
+		}
+	}
+	defd := func(v *time.Duration, full, quick time.Duration) {
+		if *v == 0 {
+			*v = full
+			if cfg.quick {
+				*v = quick
+			}
+		}
+	}
+	defd(&cfg.duration, 5*time.Second, time.Second)
+	defd(&cfg.warmup, time.Second, 300*time.Millisecond)
+	def(&cfg.reps, 2, 1)
+	def(&cfg.killTrials, 20, 3)
+	def(&cfg.resignTrials, 50, 10)
+	def(&cfg.propTrials, 100, 20)
+	def(&cfg.elections, 10000, 2000)
+	var err error
+	if cfg.clients, err = intList(*clients, "1,16,64"); err != nil {
+		return cfg, fmt.Errorf("--clients: %w", err)
+	}
+	hotDefault := "16,64"
+	if cfg.quick {
+		hotDefault = "64"
+	}
+	if cfg.hotClients, err = intList(*hot, hotDefault); err != nil {
+		return cfg, fmt.Errorf("--hot-clients: %w", err)
+	}
+	if cfg.ttl < time.Second || cfg.ttl%time.Second != 0 {
+		return cfg, errors.New("--ttl must be a whole number of seconds, at least 1s")
+	}
+	if cfg.grpcPerConn < 1 {
+		return cfg, errors.New("--grpc-clients-per-conn must be at least 1")
+	}
+	for _, p := range splitList(cfg.paths) {
+		if !isPath(p) {
+			return cfg, fmt.Errorf("--paths: unknown path %q", p)
+		}
+	}
+	for _, p := range splitList(cfg.only) {
+		switch p {
+		case "load", "stale", "propagation", "failover", "elections":
+		default:
+			return cfg, fmt.Errorf("--only: unknown part %q", p)
+		}
+	}
+	return cfg, nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+func intList(s, def string) ([]int, error) {
+	if strings.TrimSpace(s) == "" {
+		s = def
+	}
+	var out []int
+	for _, f := range splitList(s) {
+		n, err := strconv.Atoi(f)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// wants reports whether part is to be run.
+func (c config) wants(part string) bool {
+	parts := splitList(c.only)
+	if len(parts) == 0 {
+		return true
+	}
+	for _, p := range parts {
+		if p == part {
+			return true
+		}
+	}
+	return false
+}
+
+// wantsPath reports whether path is to be measured.
+func (c config) wantsPath(path string) bool {
+	ps := splitList(c.paths)
+	if len(ps) == 0 {
+		return true
+	}
+	for _, p := range ps {
+		if p == path {
+			return true
+		}
+	}
+	return false
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, args...)...)
+}

@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
+	"github.com/fencegate/fencegate/proxy/redis"
+)
+
+// The paths, in report order.
+const (
+	pgDirectPlain     = "pg-direct-plain"
+	pgDirectFenced    = "pg-direct-fenced"
+	pgGRPC            = "pg-grpc"
+	pgHTTP            = "pg-http"
+	redisDirectPlain  = "redis-direct-plain"
+	redisDirectFenced = "redis-direct-fenced"
+	redisGRPC         = "redis-grpc"
+	redisHTTP         = "redis-http"
+)
+
+var allPaths = []string{pgDirectPlain, pgDirectFenced, pgGRPC, pgHTTP, redisDirectPlain, redisDirectFenced, redisGRPC, redisHTTP}
+
+func isPath(p string) bool {
+	for _, q := range allPaths {
+		if p == q {
+			return true
+		}
+	}
+	return false
+}
+
+// viaGateway reports whether path goes through fencegate.
+func viaGateway(path string) bool {
+	switch path {
+	case pgGRPC, pgHTTP, redisGRPC, redisHTTP:
+		return true
+	}
+	return false
+}
+
+// The write every path makes: the INSERT alone, or a Redis SET.
+const (
+	insertSQL  = "INSERT INTO bench_ledger(worker, token) VALUES ($1, $2)"
+	advanceSQL = "SELECT fencegate.advance($1, $2)" // exactly what fencegate sends first
+)
+
+func redisKey(fence string) string { return "{" + fence + "}:last" }
+
+// target is what one client writes to: a fence and its leader's token.
+type target struct {
+	fence string
+	token int64
+}
+
+// clientSet is the per-load client machinery of a path and how to release it.
+type clientSet struct {
+	ops   []op
+	close func()
+}
+
+// buildOps makes one op per client for path; client i writes to
+// targets[i % len(targets)]. With stale set, the ops expect a STALE_TOKEN
+// refusal and fail on anything else.
+func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int, targets []target, stale bool) (clientSet, error) {
+	at := func(i int) target { return targets[i%len(targets)] }
+	ops := make([]op, clients)
+	switch path {
+	case pgDirectPlain, pgDirectFenced:
+		pc, err := pgxpool.ParseConfig(e.pgDSN)
+		if err != nil {
+			return clientSet{}, err
+		}
+		// One connection per client, as separate workers would have.
+		pc.MaxConns, pc.MinConns = int32(clients), int32(clients)
+		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return clientSet{}, err
+		}
+		for i := range ops {
+			t := at(i)
+			if path == pgDirectPlain {
+				ops[i] = func(ctx context.Context) error {
+					_, err := pool.Exec(ctx, insertSQL, t.fence, t.token)
+					return err
+				}
+				continue
+			}
+			ops[i] = func(ctx context.Context) error {
+				// The batch fencegate sends: advance, the statement, one Sync.
+				b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+				b.Queue(advanceSQL, t.fence, t.token)
+				b.Queue(insertSQL, t.fence, t.token)
+				br := pool.SendBatch(ctx, b)
+				var hw int64
+				if err := br.QueryRow().Scan(&hw); err != nil {
+					_ = br.Close()
+					return err
+				}
+				if _, err := br.Exec(); err != nil {
+					_ = br.Close()
+					return err
+				}
+				return br.Close()
+			}
+		}
+		return clientSet{ops: ops, close: pool.Close}, nil
+
+	case redisDirectPlain:
+		c := goredis.NewClient(&goredis.Options{Addr: e.redisAddr, Protocol: 2, PoolSize: clients, MinIdleConns: clients, DisableIdentity: true, MaxRetries: -1})
+		for i := range ops {
+			key := redisKey(at(i).fence)
+			ops[i] = func(ctx context.Context) error { return c.Set(ctx, key, "7", 0).Err() }
+		}
+		return clientSet{ops: ops, close: func() { _ = c.Close() }}, nil
+
+	case redisDirectFenced:
+		// fencegate's own backend, in this process: the same EVALSHA of the
+		// same script with the same keys and arguments, no gateway.
+		rc := redis.DefaultConfig()
+		rc.PoolSize = clients
+		b, err := redis.Open(ctx, e.redisAddr, rc)
+		if err != nil {
+			return clientSet{}, err
+		}
+		for i := range ops {
+			t := at(i)
+			cmds := [][]string{{"SET", redisKey(t.fence), "7"}}
+			ops[i] = func(ctx context.Context) error {
+				_, err := b.Exec(ctx, t.fence, tokenOf(t.token), cmds)
+				return err
+			}
+		}
+		return clientSet{ops: ops, close: func() { _ = b.Close() }}, nil
+
+	case pgGRPC, redisGRPC:
+		nconn := (clients + cfg.grpcPerConn - 1) / cfg.grpcPerConn
+		conns := make([]*grpc.ClientConn, nconn)
+		closeAll := func() {
+			for _, c := range conns {
+				if c != nil {
+					_ = c.Close()
+				}
+			}
+		}
+		for i := range conns {
+			c, err := grpc.NewClient(e.gate.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			if err != nil {
+				closeAll()
+				return clientSet{}, err
+			}
+			c.Connect()
+			conns[i] = c
+		}
+		for i := range ops {
+			t := at(i)
+			gc := fencegatev1.NewGatewayClient(conns[i%nconn])
+			md := metadata.Pairs("fencing-token", strconv.FormatInt(t.token, 10))
+			if path == pgGRPC {
+				req := &fencegatev1.ExecRequest{Fence: t.fence, Statements: []*fencegatev1.Statement{{
+					Sql:    insertSQL,
+					Params: []*structpb.Value{structpb.NewStringValue(t.fence), structpb.NewNumberValue(float64(t.token))},
+				}}}
+				ops[i] = func(ctx context.Context) error {
+					_, err := gc.Exec(metadata.NewOutgoingContext(ctx, md), req)
+					return grpcOutcome(err, stale)
+				}
+				continue
+			}
+			cmd, _ := structpb.NewList([]any{"SET", redisKey(t.fence), "7"})
+			req := &fencegatev1.RedisRequest{Fence: t.fence, Commands: []*structpb.ListValue{cmd}}
+			ops[i] = func(ctx context.Context) error {
+				_, err := gc.Redis(metadata.NewOutgoingContext(ctx, md), req)
+				return grpcOutcome(err, stale)
+			}
+		}
+		return clientSet{ops: ops, close: closeAll}, nil
+
+	case pgHTTP, redisHTTP:
+		tr := &http.Transport{MaxIdleConns: clients, MaxIdleConnsPerHost: clients, IdleConnTimeout: time.Minute, DisableCompression: true}
+		hc := &http.Client{Transport: tr}
+		for i := range ops {
+			t := at(i)
+			var (
+				url  string
+				body []byte
+			)
+			if path == pgHTTP {
+				url = "http://" + e.gate.httpAddr + "/v1/fences/" + t.fence + "/sql"
+				body, _ = json.Marshal(map[string]any{"statements": []any{map[string]any{"sql": insertSQL, "params": []any{t.fence, t.token}}}})
+			} else {
+				url = "http://" + e.gate.httpAddr + "/v1/fences/" + t.fence + "/redis"
+				body, _ = json.Marshal(map[string]any{"commands": [][]string{{"SET", redisKey(t.fence), "7"}}})
+			}
+			tok := strconv.FormatInt(t.token, 10)
+			ops[i] = func(ctx context.Context) error {
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+				if err != nil {
+					return err
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Fencing-Token", tok)
+				resp, err := hc.Do(req)
+				if err != nil {
+					return err
+				}
+				b, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				return httpOutcome(resp.StatusCode, b, stale)
+			}
+		}
+		return clientSet{ops: ops, close: tr.CloseIdleConnections}, nil
+	}
+	return clientSet{}, fmt.Errorf("unknown path %q", path)
+}
+
+var errStaleAccepted = errors.New("a stale token was accepted")
+
+func grpcOutcome(err error, stale bool) error {
+	if !stale {
+		return err
+	}
+	if err == nil {
+		return errStaleAccepted
+	}
+	if status.Code(err) != codes.Aborted {
+		return err
+	}
+	return nil
+}
+
+func httpOutcome(code int, body []byte, stale bool) error {
+	switch {
+	case stale && code == http.StatusConflict:
+		return nil
+	case stale && code == http.StatusOK:
+		return errStaleAccepted
+	case !stale && code == http.StatusOK:
+		return nil
+	}
+	return fmt.Errorf("HTTP %d: %s", code, truncate(string(body), 200))
+}

@@ -1,0 +1,372 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"runtime"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// result is one measurement. The first seven fields are the stable JSON
+// form; the others appear where they apply.
+type result struct {
+	Scenario   string   `json:"scenario"`
+	Path       string   `json:"path"`
+	Clients    int      `json:"clients"`
+	OpsPerSec  float64  `json:"ops_per_sec"`
+	P50us      float64  `json:"p50_us"`
+	P99us      float64  `json:"p99_us"`
+	CPUusPerOp *float64 `json:"cpu_us_per_op"`                   // fencegate's CPU per request; null on direct paths
+	ClientCPU  *float64 `json:"client_cpu_us_per_op,omitempty"`  // the load tool's process (clients; etcd is in it too)
+	BackendCPU *float64 `json:"backend_cpu_us_per_op,omitempty"` // PostgreSQL (all its processes) or redis-server
+	RSSMiB     *float64 `json:"rss_mib,omitempty"`
+	PeakRSSMiB *float64 `json:"peak_rss_mib,omitempty"`
+	MaxUs      float64  `json:"max_us,omitempty"`
+	Trials     int      `json:"trials,omitempty"`
+	Errors     int64    `json:"errors,omitempty"`
+	Note       string   `json:"note,omitempty"`
+}
+
+func (r result) jsonLine() string {
+	for _, p := range []**float64{&r.CPUusPerOp, &r.ClientCPU, &r.BackendCPU} {
+		if *p != nil {
+			c := round2(**p)
+			*p = &c
+		}
+	}
+	r.OpsPerSec = float64(int64(r.OpsPerSec + 0.5))
+	b, _ := json.Marshal(r)
+	return string(b)
+}
+
+func round2(f float64) float64 { return float64(int64(f*100+0.5)) / 100 }
+
+// report collects a run's results.
+type report struct {
+	cfg          config
+	date         time.Time
+	machine      string
+	results      []result
+	staleBackend staleCheck
+	took         time.Duration
+	// The machine's other load: load averages at start and end, and the
+	// CPUs' worth of busy time outside the benchmark's processes.
+	loadStart, loadEnd string
+	otherCPU, busy     float64
+}
+
+func (r *report) machineLoad() string {
+	return fmt.Sprintf("load average %s at start, %s at end; CPUs busy %.2f of %d on average, of which %.2f not accounted to the benchmark's processes (other processes, interrupts)",
+		r.loadStart, r.loadEnd, r.busy, numCPU(), r.otherCPU)
+}
+
+func newReport(cfg config) *report {
+	return &report{cfg: cfg, date: time.Now(), machine: machine()}
+}
+
+func (r *report) add(x result) { r.results = append(r.results, x) }
+
+func (r *report) find(scenario, path string, clients int) (result, bool) {
+	for _, x := range r.results {
+		if x.Scenario == scenario && x.Path == path && x.Clients == clients {
+			return x, true
+		}
+	}
+	return result{}, false
+}
+
+// reference is the path a path's throughput is compared with.
+func reference(path string) string {
+	switch path {
+	case pgDirectFenced:
+		return pgDirectPlain
+	case pgGRPC, pgHTTP:
+		return pgDirectFenced
+	case redisDirectFenced:
+		return redisDirectPlain
+	case redisGRPC, redisHTTP:
+		return redisDirectFenced
+	}
+	return ""
+}
+
+// ratio is x's throughput over its reference's in the same scenario.
+func (r *report) ratio(x result) (float64, string, bool) {
+	ref := reference(x.Path)
+	if x.Scenario == "stale" {
+		// Refusals against the accepted writes of the same path.
+		ref = x.Path
+		y, ok := r.find("distinct", ref, x.Clients)
+		if !ok || y.OpsPerSec == 0 {
+			return 0, "", false
+		}
+		return x.OpsPerSec / y.OpsPerSec, "accepted " + ref, true
+	}
+	if ref == "" {
+		return 0, "", false
+	}
+	y, ok := r.find(x.Scenario, ref, x.Clients)
+	if !ok || y.OpsPerSec == 0 {
+		return 0, "", false
+	}
+	return x.OpsPerSec / y.OpsPerSec, ref, true
+}
+
+// printTable writes the table for people, then the goals.
+func (r *report) printTable(w io.Writer) {
+	fmt.Fprintf(w, "\nfencebench %s — %s — %s\n\n", r.mode(), r.date.Format(time.RFC3339), r.machine)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "scenario\tclients\tpath\tops/s\t× ref\tp50 µs\tp99 µs\tCPU µs/op: fencegate\tclient\tbackend\tRSS MiB\terrors\t")
+	for _, x := range r.loadRows() {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%.0f\t%s\t%.1f\t%.1f\t%s\t%s\t%s\t%s\t%d\t\n", x.Scenario, x.Clients, x.Path, x.OpsPerSec,
+			r.ratioText(x), x.P50us, x.P99us, optf(x.CPUusPerOp, 1), optf(x.ClientCPU, 1), optf(x.BackendCPU, 1), optf(x.RSSMiB, 1), x.Errors)
+	}
+	tw.Flush()
+	fmt.Fprintln(w)
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "timing\ttrials\tp50 ms\tp99 ms\tmax ms\t")
+	for _, x := range r.timingRows() {
+		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t  %s\n", x.Scenario, x.Trials, x.P50us/1000, x.P99us/1000, x.MaxUs/1000, x.Note)
+	}
+	tw.Flush()
+	if r.hasStale() {
+		fmt.Fprintf(w, "\nbackends during the stale loads: %s\n", r.staleBackend)
+	}
+	fmt.Fprintf(w, "\ngoals:\n")
+	for _, g := range r.goals() {
+		fmt.Fprintf(w, "  [%s] %s: %s\n", g.mark(), g.name, g.value)
+	}
+	fmt.Fprintf(w, "\n(ratios are throughput over the reference path's in the same scenario and client count; took %s; %s)\n", r.took.Round(time.Second), r.machineLoad())
+}
+
+func (r *report) mode() string {
+	if r.cfg.quick {
+		return "quick"
+	}
+	return "full"
+}
+
+func (r *report) ratioText(x result) string {
+	q, ref, ok := r.ratio(x)
+	if !ok {
+		return "-"
+	}
+	if x.Scenario == "stale" {
+		return fmt.Sprintf("%.2f× acc", q)
+	}
+	_ = ref
+	return fmt.Sprintf("%.2f", q)
+}
+
+func optf(f *float64, prec int) string {
+	if f == nil {
+		return "-"
+	}
+	return fmt.Sprintf("%.*f", prec, *f)
+}
+
+func (r *report) loadRows() []result {
+	var out []result
+	for _, x := range r.results {
+		if x.Trials == 0 && x.OpsPerSec > 0 {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (r *report) timingRows() []result {
+	var out []result
+	for _, x := range r.results {
+		if x.Trials > 0 {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func (r *report) hasStale() bool {
+	for _, x := range r.results {
+		if x.Scenario == "stale" {
+			return true
+		}
+	}
+	return false
+}
+
+// goal is one of issue 5's targets and what this run measured.
+type goal struct {
+	name  string
+	value string
+	state int // 0 not measured, 1 met, 2 missed
+}
+
+func (g goal) mark() string {
+	return [...]string{"n/a", "met", "MISSED"}[g.state]
+}
+
+func check(ok bool) int {
+	if ok {
+		return 1
+	}
+	return 2
+}
+
+func (r *report) goals() []goal {
+	var gs []goal
+	ratioGoal := func(path string, clients int, min float64) {
+		name := fmt.Sprintf("%s ≥ %.2f × %s, %d clients, distinct fences", path, min, reference(path), clients)
+		x, ok := r.find("distinct", path, clients)
+		if !ok {
+			gs = append(gs, goal{name: name, value: "not measured"})
+			return
+		}
+		q, _, ok := r.ratio(x)
+		if !ok {
+			gs = append(gs, goal{name: name, value: "not measured"})
+			return
+		}
+		v := fmt.Sprintf("%.2f", q)
+		if q < min {
+			v += fmt.Sprintf(" (short by %.0f%% of the reference)", (min-q)*100)
+		}
+		gs = append(gs, goal{name: name, value: v, state: check(q >= min)})
+	}
+	for _, n := range []int{16, 64} {
+		ratioGoal(pgGRPC, n, 0.85)
+	}
+	for _, n := range []int{16, 64} {
+		ratioGoal(pgHTTP, n, 0.70)
+	}
+	for _, n := range r.cfg.clients {
+		name := fmt.Sprintf("added p50 of pg-grpc over pg-direct-fenced ≤ 150 µs, %d clients", n)
+		x, ok1 := r.find("distinct", pgGRPC, n)
+		y, ok2 := r.find("distinct", pgDirectFenced, n)
+		if !ok1 || !ok2 {
+			gs = append(gs, goal{name: name, value: "not measured"})
+			continue
+		}
+		d := x.P50us - y.P50us
+		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.0f µs", d), state: check(d <= 150)})
+	}
+	for _, n := range []int{16, 64} {
+		ratioGoal(pgDirectFenced, n, 0.85)
+	}
+	ratioGoal(redisGRPC, 64, 0.60)
+	ratioGoal(redisHTTP, 64, 0.45)
+	for _, x := range r.results {
+		if x.Scenario != "stale" {
+			continue
+		}
+		name := fmt.Sprintf("stale refusals ≥ 3 × accepted writes, %s, %d clients", x.Path, x.Clients)
+		q, _, ok := r.ratio(x)
+		if !ok {
+			gs = append(gs, goal{name: name, value: "no accepted figure to compare with"})
+			continue
+		}
+		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.2f×", q), state: check(q >= 3 && x.Errors == 0)})
+	}
+	if r.hasStale() {
+		gs = append(gs, goal{name: "no backend request for a stale token", value: r.staleBackend.String(), state: check(r.staleBackend.ok)})
+	}
+	timing := func(scenario string, limit time.Duration, what string) {
+		for _, x := range r.results {
+			if x.Scenario == scenario {
+				p99 := time.Duration(x.P99us * float64(time.Microsecond))
+				gs = append(gs, goal{name: fmt.Sprintf("%s p99 ≤ %v", what, limit),
+					value: fmt.Sprintf("%.1f ms over %d trials", x.P99us/1000, x.Trials), state: check(p99 <= limit)})
+				return
+			}
+		}
+		gs = append(gs, goal{name: fmt.Sprintf("%s p99 ≤ %v", what, limit), value: "not measured"})
+	}
+	timing("failover-kill", r.cfg.ttl+500*time.Millisecond, fmt.Sprintf("failover after leader SIGKILL (TTL %v)", r.cfg.ttl))
+	timing("failover-resign", 150*time.Millisecond, "failover after resign")
+	timing("term-propagation", 50*time.Millisecond, "term propagation")
+	var rss float64
+	for _, x := range r.results {
+		if x.Clients == 64 && x.RSSMiB != nil {
+			rss = max(rss, *x.RSSMiB)
+		}
+	}
+	if rss > 0 {
+		gs = append(gs, goal{name: "fencegate RSS ≤ 100 MiB at 64 clients", value: fmt.Sprintf("%.1f MiB (peak sampled)", rss), state: check(rss <= 100)})
+	} else {
+		gs = append(gs, goal{name: "fencegate RSS ≤ 100 MiB at 64 clients", value: "not measured"})
+	}
+	timing(fmt.Sprintf("term-propagation-%d-elections", r.cfg.elections), 50*time.Millisecond,
+		fmt.Sprintf("term propagation with %d elections watched", r.cfg.elections))
+	return gs
+}
+
+// Markers delimiting the generated part of the Markdown report.
+const (
+	mdBegin = "<!-- fencebench:begin (generated by cmd/fencebench --markdown; edits inside are overwritten) -->"
+	mdEnd   = "<!-- fencebench:end -->"
+)
+
+// writeMarkdown replaces the generated part of path, keeping the rest.
+func (r *report) writeMarkdown(path string) error {
+	old, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
+	var gen bytes.Buffer
+	gen.WriteString(mdBegin + "\n")
+	r.markdown(&gen)
+	gen.WriteString(mdEnd + "\n")
+	s := string(old)
+	i := strings.Index(s, mdBegin)
+	j := strings.Index(s, mdEnd)
+	switch {
+	case i >= 0 && j > i:
+		s = s[:i] + gen.String() + strings.TrimPrefix(s[j+len(mdEnd):], "\n")
+	case s == "":
+		s = "# fencegate benchmarks\n\n" + gen.String()
+	default:
+		s = strings.TrimRight(s, "\n") + "\n\n" + gen.String()
+	}
+	return os.WriteFile(path, []byte(s), 0o644)
+}
+
+func (r *report) markdown(w io.Writer) {
+	fmt.Fprintf(w, "\n**Run:** %s mode, %s, took %s.  \n", r.mode(), r.date.Format("2006-01-02 15:04 MST"), r.took.Round(time.Second))
+	fmt.Fprintf(w, "**Machine:** %s; %s; GOMAXPROCS %d; load tool, fencegate, etcd, PostgreSQL and Redis all on it.  \n",
+		r.machine, runtime.Version(), runtime.GOMAXPROCS(0))
+	fmt.Fprintf(w, "**Machine load:** %s.  \n", r.machineLoad())
+	fmt.Fprintf(w, "**Command:** `%s` (each load: %v warm-up, %v measured, %d repetition(s) with the path order reversed on odd ones; gRPC: %d clients per connection).\n\n",
+		r.cfg.command, r.cfg.warmup, r.cfg.duration, r.cfg.reps, r.cfg.grpcPerConn)
+	fmt.Fprintln(w, "| scenario | clients | path | ops/s | × ref | p50 µs | p99 µs | fencegate CPU µs/op | client CPU µs/op | backend CPU µs/op | RSS MiB | errors |")
+	fmt.Fprintln(w, "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
+	for _, x := range r.loadRows() {
+		fmt.Fprintf(w, "| %s | %d | %s | %.0f | %s | %.1f | %.1f | %s | %s | %s | %s | %d |\n", x.Scenario, x.Clients, x.Path, x.OpsPerSec,
+			r.ratioText(x), x.P50us, x.P99us, optf(x.CPUusPerOp, 1), optf(x.ClientCPU, 1), optf(x.BackendCPU, 1), optf(x.RSSMiB, 1), x.Errors)
+	}
+	fmt.Fprintln(w, "\n× ref: throughput over the reference path's in the same scenario and client count (pg-direct-fenced over pg-direct-plain, gateway paths over the direct fenced path of their backend; stale rows over the same path's accepted writes, distinct fences).")
+	fmt.Fprintln(w, "\n| timing | trials | p50 ms | p99 ms | max ms | note |")
+	fmt.Fprintln(w, "|---|--:|--:|--:|--:|---|")
+	for _, x := range r.timingRows() {
+		fmt.Fprintf(w, "| %s | %d | %.2f | %.2f | %.2f | %s |\n", x.Scenario, x.Trials, x.P50us/1000, x.P99us/1000, x.MaxUs/1000, x.Note)
+	}
+	for _, x := range r.results {
+		if x.PeakRSSMiB != nil {
+			fmt.Fprintf(w, "\n%s: fencegate RSS %.1f MiB, peak since start %.1f MiB.\n", x.Scenario, *x.RSSMiB, *x.PeakRSSMiB)
+		}
+	}
+	if r.hasStale() {
+		fmt.Fprintf(w, "\nBackends during the stale loads: %s.\n", r.staleBackend)
+	}
+	fmt.Fprintln(w, "\n| goal | measured | |")
+	fmt.Fprintln(w, "|---|---|---|")
+	for _, g := range r.goals() {
+		fmt.Fprintf(w, "| %s | %s | %s |\n", g.name, g.value, g.mark())
+	}
+	fmt.Fprintln(w)
+}

@@ -1,0 +1,755 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencegate/fencegate/election"
+	pgthrow "github.com/fencegate/fencegate/proxy/postgres/throwaway"
+	rdthrow "github.com/fencegate/fencegate/proxy/redis/throwaway"
+)
+
+type campaignConfig struct {
+	Backend      string
+	Mode         string
+	Seed         uint64
+	Duration     time.Duration
+	Workers      int
+	Fence        string
+	TTL          time.Duration
+	FencegateBin string
+	Dir          string
+	Keep         bool
+	GapMin       time.Duration
+	GapMax       time.Duration
+	Interval     time.Duration
+	Timeout      time.Duration
+	RecklessP    float64
+	PrintMax     int
+	Faults       []string
+	Quiet        bool
+}
+
+func runCampaign(ctx context.Context, args []string) int {
+	var cfg campaignConfig
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.StringVar(&cfg.Backend, "backend", "postgres", "postgres or redis")
+	fs.StringVar(&cfg.Mode, "mode", "fenced", "fenced (workers write through fencegate) or control (straight to the backend)")
+	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule and the workers; 0 picks one (printed)")
+	fs.DurationVar(&cfg.Duration, "duration", time.Minute, "how long faults are injected")
+	fs.IntVar(&cfg.Workers, "workers", 3, "worker processes campaigning for the fence")
+	fs.StringVar(&cfg.Fence, "fence", "chaos", "fence and election name")
+	fs.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "workers' lease TTL (whole seconds; etcd grants at least 2s with the members' timing)")
+	fs.StringVar(&cfg.FencegateBin, "fencegate-bin", "", "fencegate binary (default: fencegate beside fencechaos, else bin/fencegate)")
+	fs.StringVar(&cfg.Dir, "dir", "", "working directory for data, logs and histories (default: a new temporary one)")
+	fs.BoolVar(&cfg.Keep, "keep", false, "keep the working directory (it is always kept when a fenced run fails)")
+	fs.DurationVar(&cfg.GapMin, "gap-min", 2*time.Second, "shortest quiet time between faults")
+	fs.DurationVar(&cfg.GapMax, "gap-max", 4*time.Second, "longest quiet time between faults")
+	fs.DurationVar(&cfg.Interval, "interval", 5*time.Millisecond, "workers' pause between writes")
+	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "workers' request timeout (then the outcome is unknown)")
+	fs.Float64Var(&cfg.RecklessP, "reckless", 0.6, "probability that a worker leads a term recklessly (keeps writing after it is over)")
+	fs.IntVar(&cfg.PrintMax, "print-violations", 20, "violations printed in full (all are counted)")
+	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only violations and the result line")
+	faults := fs.String("faults", "", "comma-separated fault kinds to inject (default all): "+strings.Join(faultNames(), ", "))
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if cfg.Backend != "postgres" && cfg.Backend != "redis" {
+		fmt.Fprintf(os.Stderr, "fencechaos: --backend %q: want postgres or redis\n", cfg.Backend)
+		return 2
+	}
+	if cfg.Mode != "fenced" && cfg.Mode != "control" {
+		fmt.Fprintf(os.Stderr, "fencechaos: --mode %q: want fenced or control\n", cfg.Mode)
+		return 2
+	}
+	if cfg.Workers < 3 {
+		fmt.Fprintf(os.Stderr, "fencechaos: --workers %d: want at least 3\n", cfg.Workers)
+		return 2
+	}
+	cfg.Faults = splitList(*faults)
+	for _, f := range cfg.Faults {
+		if !slices.Contains(faultNames(), f) {
+			fmt.Fprintf(os.Stderr, "fencechaos: --faults: unknown fault %q (want %s)\n", f, strings.Join(faultNames(), ", "))
+			return 2
+		}
+	}
+	if cfg.GapMax < cfg.GapMin {
+		cfg.GapMax = cfg.GapMin
+	}
+	if cfg.Seed == 0 {
+		cfg.Seed = uint64(time.Now().UnixNano()%1_000_000_000) + 1
+	}
+	self, err := os.Executable()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fencechaos: %v\n", err)
+		return 1
+	}
+	if cfg.FencegateBin == "" {
+		cfg.FencegateBin = filepath.Join(filepath.Dir(self), "fencegate")
+		if _, err := os.Stat(cfg.FencegateBin); err != nil {
+			cfg.FencegateBin = "bin/fencegate"
+		}
+	}
+	if abs, err := filepath.Abs(cfg.FencegateBin); err == nil {
+		cfg.FencegateBin = abs
+	}
+	if _, err := os.Stat(cfg.FencegateBin); err != nil {
+		fmt.Fprintf(os.Stderr, "fencechaos: fencegate binary: %v (make build, or --fencegate-bin)\n", err)
+		return 1
+	}
+
+	c := &campaign{cfg: cfg, self: self, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfe4ce)), held: map[*child]bool{}}
+	c.logf("seed=%d backend=%s mode=%s duration=%s fencegate=%s", cfg.Seed, cfg.Backend, cfg.Mode, cfg.Duration, cfg.FencegateBin)
+	res, err := c.run(ctx)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fencechaos: %v\n", err)
+		if c.dir != "" {
+			fmt.Fprintf(os.Stderr, "fencechaos: logs kept in %s\n", c.dir)
+		}
+		return 1
+	}
+	fmt.Println(res.line(cfg))
+	switch {
+	case cfg.Mode == "fenced" && res.violations > 0:
+		fmt.Fprintf(os.Stderr, "fencechaos: FAIL: %d violations with fencegate (seed %d); logs kept in %s\n", res.violations, cfg.Seed, c.dir)
+		return 1
+	case cfg.Mode == "control" && res.violations == 0:
+		fmt.Fprintf(os.Stderr, "fencechaos: FAIL: the control run found no violation: the campaign is too weak (seed %d)\n", cfg.Seed)
+		return 1
+	}
+	return 0
+}
+
+// result is what one run found.
+type result struct {
+	elapsed       time.Duration
+	counts        Counts
+	faults        int
+	leaderChanges int
+	violations    int
+}
+
+func (r result) line(cfg campaignConfig) string {
+	return fmt.Sprintf("fencechaos backend=%s mode=%s seed=%d duration=%d ops=%d acked=%d refused=%d unknown=%d faults=%d leader_changes=%d zombie_writes_attempted=%d violations=%d",
+		cfg.Backend, cfg.Mode, cfg.Seed, int(r.elapsed.Round(time.Second)/time.Second),
+		r.counts.Ops, r.counts.Acked, r.counts.Refused, r.counts.Unknown,
+		r.faults, r.leaderChanges, r.counts.Zombie, r.violations)
+}
+
+// campaign is one run: the cluster, the workers and the fault schedule.
+type campaign struct {
+	cfg  campaignConfig
+	self string
+	rng  *rand.Rand
+	dir  string
+
+	mu       sync.Mutex // guards the children's desired state below
+	etcd     []*child
+	etcdURLs []string
+	gateways []*gateway
+	workers  []*workerSlot
+
+	cli *clientv3.Client
+	pg  *pgthrow.Server
+	rd  *rdthrow.Server
+	rdc *goredis.Client
+
+	held      map[*child]bool // taken down by a fault: not to be restarted by supervise
+	surprises []string        // processes that exited without a fault
+}
+
+type gateway struct {
+	*child
+	grpcAddr, httpAddr string
+}
+
+type workerSlot struct {
+	idx     int
+	inc     int
+	proc    *child
+	proxies []*cutProxy
+}
+
+func (w *workerSlot) name() string { return fmt.Sprintf("w%d.%d", w.idx, w.inc) }
+
+func (c *campaign) logf(format string, args ...any) {
+	if c.cfg.Quiet {
+		return
+	}
+	fmt.Printf("%s fencechaos: %s\n", time.Now().Format("15:04:05.000"), fmt.Sprintf(format, args...))
+}
+
+func (c *campaign) run(ctx context.Context) (res result, err error) {
+	if c.cfg.Dir != "" {
+		c.dir, err = filepath.Abs(c.cfg.Dir)
+		if err == nil {
+			err = os.MkdirAll(c.dir, 0o755)
+		}
+	} else {
+		c.dir, err = os.MkdirTemp("", "fencechaos-")
+	}
+	if err != nil {
+		return res, err
+	}
+	keep := c.cfg.Keep
+	defer func() {
+		c.teardown()
+		if err != nil || (c.cfg.Mode == "fenced" && res.violations > 0) {
+			keep = true
+		}
+		if !keep {
+			os.RemoveAll(c.dir)
+		} else if err == nil {
+			c.logf("working directory kept: %s", c.dir)
+		}
+	}()
+	for _, d := range []string{"logs", "hist", "etcd"} {
+		if err := os.MkdirAll(filepath.Join(c.dir, d), 0o755); err != nil {
+			return res, err
+		}
+	}
+	if err := c.startEtcd(ctx); err != nil {
+		return res, err
+	}
+	if err := c.startBackend(ctx); err != nil {
+		return res, err
+	}
+	if err := c.startGateways(ctx); err != nil {
+		return res, err
+	}
+	if err := c.startWorkers(); err != nil {
+		return res, err
+	}
+	if err := c.waitLeader(ctx, 20*time.Second); err != nil {
+		return res, fmt.Errorf("no worker became leader: %w", err)
+	}
+	c.logf("cluster up in %s; injecting faults for %s", c.dir, c.cfg.Duration)
+
+	start := time.Now()
+	sctx, stopSupervisor := context.WithCancel(ctx)
+	var swg sync.WaitGroup
+	swg.Add(1)
+	go func() { defer swg.Done(); c.supervise(sctx) }()
+	res.faults, err = c.injectFaults(ctx, start.Add(c.cfg.Duration))
+	res.elapsed = time.Since(start)
+	stopSupervisor()
+	swg.Wait()
+	if err != nil {
+		return res, err
+	}
+	if ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	c.logf("faults over (%d injected); stopping workers and gateways", res.faults)
+	c.quiesce()
+
+	stored, err := c.readStored(ctx)
+	if err != nil {
+		return res, fmt.Errorf("read stored records: %w", err)
+	}
+	hist, err := readHistories(filepath.Join(c.dir, "hist"))
+	if err != nil {
+		return res, fmt.Errorf("read histories: %w", err)
+	}
+	res.counts = hist.Counts()
+	res.leaderChanges = max(hist.Elections[c.cfg.Fence]-1, 0)
+	vs := Check(c.cfg.Fence, stored, hist)
+	res.violations = len(vs)
+	c.report(stored, hist, vs)
+	return res, nil
+}
+
+// report prints the violations (the first PrintMax in full) and a summary.
+func (c *campaign) report(stored []Record, hist *History, vs []Violation) {
+	byKind := map[string]int{}
+	for i, v := range vs {
+		byKind[v.Kind]++
+		if i < c.cfg.PrintMax {
+			fmt.Println(v)
+		}
+	}
+	if len(vs) > c.cfg.PrintMax {
+		fmt.Printf("... and %d more violations\n", len(vs)-c.cfg.PrintMax)
+	}
+	var kinds []string
+	for k, n := range byKind {
+		kinds = append(kinds, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(kinds)
+	zombieStored := 0
+	for _, r := range stored {
+		if op, ok := hist.Ops[r.ID()]; ok && op.Zombie {
+			zombieStored++
+		}
+	}
+	reasons := map[string]int{}
+	for _, op := range hist.Ops {
+		if op.Outcome == Refused {
+			reasons[op.Reason]++
+		}
+	}
+	var rs []string
+	for k, n := range reasons {
+		rs = append(rs, fmt.Sprintf("%s=%d", k, n))
+	}
+	sort.Strings(rs)
+	if len(c.surprises) > 0 {
+		fmt.Printf("fencechaos: processes that exited on their own: %s\n", strings.Join(c.surprises, "; "))
+	}
+	c.logf("stored=%d zombie_writes_stored=%d refusals: %s", len(stored), zombieStored, strings.Join(rs, " "))
+	if len(kinds) > 0 {
+		fmt.Printf("fencechaos: violations by kind: %s\n", strings.Join(kinds, " "))
+	}
+}
+
+// freePorts reserves n distinct free loopback ports.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+func (c *campaign) startEtcd(ctx context.Context) error {
+	ports, err := freePorts(6)
+	if err != nil {
+		return err
+	}
+	var cluster []string
+	for i := range 3 {
+		cluster = append(cluster, fmt.Sprintf("m%d=http://127.0.0.1:%d", i, ports[3+i]))
+	}
+	for i := range 3 {
+		name := fmt.Sprintf("m%d", i)
+		clientURL := fmt.Sprintf("http://127.0.0.1:%d", ports[i])
+		args := []string{
+			"etcd-member", "--name", name,
+			"--data-dir", filepath.Join(c.dir, "etcd", name),
+			"--client-url", clientURL,
+			"--peer-url", fmt.Sprintf("http://127.0.0.1:%d", ports[3+i]),
+			"--initial-cluster", strings.Join(cluster, ","),
+		}
+		ch := &child{
+			name: "etcd " + name, path: c.self, args: func() []string { return args },
+			log: filepath.Join(c.dir, "logs", "etcd-"+name+".log"),
+		}
+		c.etcd = append(c.etcd, ch)
+		c.etcdURLs = append(c.etcdURLs, clientURL)
+		if err := ch.start(); err != nil {
+			return err
+		}
+	}
+	c.cli, err = clientv3.New(clientv3.Config{
+		Endpoints:   c.etcdURLs,
+		DialTimeout: 2 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		return err
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		_, err := c.cli.Put(gctx, "/fencechaos/up", "1")
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("etcd cluster not up: %w", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func (c *campaign) startBackend(ctx context.Context) error {
+	logf := func(string, ...any) {} // the servers' logs are noise here
+	switch c.cfg.Backend {
+	case "postgres":
+		// Durable: fsync and synchronous commit on, so that a SIGKILL of
+		// the server loses no acknowledged write.
+		pg, err := pgthrow.Start(ctx, pgthrow.Options{Durable: true, Logf: logf})
+		if err != nil {
+			return err
+		}
+		c.pg = pg
+		conn, err := pgx.Connect(ctx, pg.DSN())
+		if err != nil {
+			return err
+		}
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, ledgerDDL)
+		return err
+	default:
+		rd, err := rdthrow.Start(ctx, rdthrow.Options{Logf: logf})
+		if err != nil {
+			return err
+		}
+		c.rd = rd
+		c.rdc = goredis.NewClient(&goredis.Options{Addr: rd.Addr(), MaxRetries: -1})
+		return c.redisPersist(ctx)
+	}
+}
+
+// redisPersist makes Redis save a snapshot when it shuts down (SIGTERM),
+// which the throwaway server loads at its next start, so a restart keeps
+// every acknowledged write. The throwaway server starts with no save
+// points; set them after every start.
+func (c *campaign) redisPersist(ctx context.Context) error {
+	var err error
+	for range 50 {
+		cctx, cancel := context.WithTimeout(ctx, time.Second)
+		err = c.rdc.ConfigSet(cctx, "save", "3600 1").Err()
+		cancel()
+		if err == nil {
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("redis: CONFIG SET save: %w", err)
+}
+
+func (c *campaign) backendArgs() []string {
+	if c.pg != nil {
+		return []string{"--postgres-dsn=" + c.pg.DSN()}
+	}
+	return []string{"--redis-addr=" + c.rd.Addr()}
+}
+
+func (c *campaign) startGateways(ctx context.Context) error {
+	ports, err := freePorts(4)
+	if err != nil {
+		return err
+	}
+	for i := range 2 {
+		g := &gateway{grpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])}
+		args := append([]string{
+			"serve",
+			"--etcd-endpoints=" + strings.Join(c.etcdURLs, ","),
+			"--grpc-addr=" + g.grpcAddr, "--http-addr=" + g.httpAddr,
+		}, c.backendArgs()...)
+		g.child = &child{
+			name: fmt.Sprintf("fencegate g%d", i), path: c.cfg.FencegateBin,
+			args: func() []string { return args }, log: filepath.Join(c.dir, "logs", fmt.Sprintf("fencegate-g%d.log", i)),
+		}
+		c.gateways = append(c.gateways, g)
+		if err := g.start(); err != nil {
+			return err
+		}
+	}
+	for _, g := range c.gateways {
+		if err := c.waitReady(ctx, g, 60*time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// waitReady waits for a replica's /readyz to answer 200.
+func (c *campaign) waitReady(ctx context.Context, g *gateway, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	hc := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := hc.Get("http://" + g.httpAddr + "/readyz")
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("readyz: %s", resp.Status)
+		}
+		if !g.running() {
+			return fmt.Errorf("%s exited (see %s)", g.name, g.log)
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("%s not ready: %w", g.name, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (c *campaign) startWorkers() error {
+	var gws []string
+	for _, g := range c.gateways {
+		gws = append(gws, g.grpcAddr)
+	}
+	for i := range c.cfg.Workers {
+		w := &workerSlot{idx: i}
+		for _, u := range c.etcdURLs {
+			p, err := newCutProxy(strings.TrimPrefix(u, "http://"))
+			if err != nil {
+				return err
+			}
+			w.proxies = append(w.proxies, p)
+		}
+		var eps []string
+		for _, p := range w.proxies {
+			eps = append(eps, p.Addr())
+		}
+		w.proc = &child{
+			name: fmt.Sprintf("worker w%d", i), path: c.self,
+			log: filepath.Join(c.dir, "logs", fmt.Sprintf("worker-w%d.log", i)),
+			args: func() []string {
+				args := []string{
+					"worker",
+					"--id", w.name(), "--fence", c.cfg.Fence,
+					"--backend", c.cfg.Backend, "--mode", c.cfg.Mode,
+					"--etcd", strings.Join(eps, ","),
+					"--gateways", strings.Join(gws, ","),
+					"--history", filepath.Join(c.dir, "hist", w.name()+".jsonl"),
+					"--ttl", c.cfg.TTL.String(),
+					"--seed", strconv.FormatUint(c.cfg.Seed*1000+uint64(i)*100+uint64(w.inc), 10),
+					"--reckless", strconv.FormatFloat(c.cfg.RecklessP, 'f', -1, 64),
+					"--interval", c.cfg.Interval.String(),
+					"--timeout", c.cfg.Timeout.String(),
+					"--zombie-min", (c.cfg.TTL + time.Second).String(),
+					"--zombie-max", (c.cfg.TTL + 3*time.Second).String(),
+				}
+				if c.pg != nil {
+					args = append(args, "--postgres-dsn", c.pg.DSN())
+				} else {
+					args = append(args, "--redis-addr", c.rd.Addr())
+				}
+				return args
+			},
+		}
+		c.workers = append(c.workers, w)
+		if err := w.proc.start(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// restartWorker starts a new incarnation of a worker that is not running.
+func (c *campaign) restartWorker(w *workerSlot) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if w.proc.running() {
+		return nil
+	}
+	w.inc++
+	delete(c.held, w.proc)
+	return w.proc.start()
+}
+
+// supervise restarts processes that exited without a fault taking them
+// down, and notes them: fencegate exiting on its own is a finding.
+func (c *campaign) supervise(ctx context.Context) {
+	t := time.NewTicker(500 * time.Millisecond)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		var deadWorkers []*workerSlot
+		var dead []*child
+		for _, w := range c.workers {
+			if !c.held[w.proc] && !w.proc.running() {
+				deadWorkers = append(deadWorkers, w)
+			}
+		}
+		for _, e := range c.etcd {
+			if !c.held[e] && !e.running() {
+				dead = append(dead, e)
+			}
+		}
+		for _, g := range c.gateways {
+			if !c.held[g.child] && !g.running() {
+				dead = append(dead, g.child)
+			}
+		}
+		c.mu.Unlock()
+		for _, w := range deadWorkers {
+			c.surprise(w.name() + " exited (see " + w.proc.log + ")")
+			_ = c.restartWorker(w)
+		}
+		for _, ch := range dead {
+			c.surprise(ch.name + " exited (see " + ch.log + ")")
+			_ = ch.start()
+		}
+	}
+}
+
+func (c *campaign) surprise(s string) {
+	c.mu.Lock()
+	c.surprises = append(c.surprises, s)
+	c.mu.Unlock()
+	c.logf("UNEXPECTED: %s", s)
+}
+
+// leader returns the worker slot whose current incarnation leads the
+// fence's election, or nil.
+func (c *campaign) leader(ctx context.Context) *workerSlot {
+	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	pfx := election.DefaultPrefix + "/" + c.cfg.Fence + "/"
+	resp, err := c.cli.Get(gctx, pfx, clientv3.WithFirstCreate()...)
+	if err != nil || len(resp.Kvs) == 0 {
+		return nil
+	}
+	name := string(resp.Kvs[0].Value)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.workers {
+		if w.name() == name && w.proc.running() {
+			return w
+		}
+	}
+	return nil
+}
+
+func (c *campaign) waitLeader(ctx context.Context, limit time.Duration) error {
+	deadline := time.Now().Add(limit)
+	for {
+		if w := c.leader(ctx); w != nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// quiesce ends the run: every process continued and reconnected, then
+// workers and gateways stopped so no write is in flight when the stored
+// data is read.
+func (c *campaign) quiesce() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, w := range c.workers {
+		for _, p := range w.proxies {
+			p.Restore()
+		}
+		c.held[w.proc] = true
+	}
+	for _, g := range c.gateways {
+		c.held[g.child] = true
+	}
+	var wg sync.WaitGroup
+	for _, w := range c.workers {
+		wg.Add(1)
+		go func() { defer wg.Done(); w.proc.stop(5 * time.Second) }()
+	}
+	wg.Wait()
+	for _, g := range c.gateways {
+		wg.Add(1)
+		go func() { defer wg.Done(); g.stop(10 * time.Second) }()
+	}
+	wg.Wait()
+}
+
+// teardown stops everything still running.
+func (c *campaign) teardown() {
+	for _, w := range c.workers {
+		w.proc.kill()
+		for _, p := range w.proxies {
+			p.Close()
+		}
+	}
+	for _, g := range c.gateways {
+		g.kill()
+	}
+	if c.rdc != nil {
+		c.rdc.Close()
+	}
+	if c.pg != nil {
+		c.pg.Close()
+	}
+	if c.rd != nil {
+		c.rd.Close()
+	}
+	if c.cli != nil {
+		c.cli.Close()
+	}
+	for _, e := range c.etcd {
+		e.stop(5 * time.Second)
+	}
+}
+
+// readStored returns the fence's stored records in commit order.
+func (c *campaign) readStored(ctx context.Context) ([]Record, error) {
+	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	var out []Record
+	if c.pg != nil {
+		conn, err := pgx.Connect(ctx, c.pg.DSN())
+		if err != nil {
+			return nil, err
+		}
+		defer conn.Close(ctx)
+		rows, err := conn.Query(ctx, "SELECT id, fence, worker, token, seq FROM ledger WHERE fence = $1 ORDER BY id", c.cfg.Fence)
+		if err != nil {
+			return nil, err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var r Record
+			if err := rows.Scan(&r.Key, &r.Fence, &r.Worker, &r.Token, &r.Seq); err != nil {
+				return nil, err
+			}
+			r.Pos = len(out)
+			out = append(out, r)
+		}
+		return out, rows.Err()
+	}
+	vals, err := c.rdc.LRange(ctx, ledgerKey(c.cfg.Fence), 0, -1).Result()
+	if err != nil {
+		return nil, err
+	}
+	for i, v := range vals {
+		parts := strings.Split(v, ":")
+		if len(parts) != 3 {
+			return nil, fmt.Errorf("list element %d: %q is not worker:token:seq", i, v)
+		}
+		tok, err1 := strconv.ParseInt(parts[1], 10, 64)
+		seq, err2 := strconv.ParseInt(parts[2], 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("list element %d: %q is not worker:token:seq", i, v)
+		}
+		out = append(out, Record{Pos: i, Key: int64(i), Fence: c.cfg.Fence, Worker: parts[0], Token: tok, Seq: seq})
+	}
+	return out, nil
+}

@@ -1,0 +1,136 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestGRPCOutcome(t *testing.T) {
+	refusal := func(code codes.Code, reason string, md map[string]string) error {
+		st, err := status.New(code, "refused").WithDetails(&errdetails.ErrorInfo{Domain: "fencegate", Reason: reason, Metadata: md})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Err()
+	}
+	tests := []struct {
+		name       string
+		err        error
+		want       Outcome
+		wantReason string
+	}{
+		{"ok", nil, Acked, ""},
+		{"stale", refusal(codes.Aborted, "STALE_TOKEN", nil), Refused, "STALE_TOKEN"},
+		{"backend down, nothing sent", refusal(codes.Unavailable, "BACKEND_UNAVAILABLE", nil), Refused, "BACKEND_UNAVAILABLE"},
+		{"backend lost mid-write", refusal(codes.Unavailable, "BACKEND_UNAVAILABLE", map[string]string{"outcome": "unknown"}), Unknown, "BACKEND_UNAVAILABLE (outcome unknown)"},
+		{"deadline", status.Error(codes.DeadlineExceeded, "context deadline exceeded"), Unknown, "DeadlineExceeded: context deadline exceeded"},
+		{"transport", status.Error(codes.Unavailable, "connection reset"), Unknown, "Unavailable: connection reset"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, reason := grpcOutcome(tt.err)
+			if got != tt.want || reason != tt.wantReason {
+				t.Errorf("got %v %q, want %v %q", got, reason, tt.want, tt.wantReason)
+			}
+		})
+	}
+}
+
+// echoServer answers every connection by echoing what it reads.
+func echoServer(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() { _, _ = io.Copy(c, c); c.Close() }()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); <-done })
+	return ln.Addr().String()
+}
+
+func roundTrip(c net.Conn, msg string, wait time.Duration) (string, error) {
+	if _, err := c.Write([]byte(msg)); err != nil {
+		return "", err
+	}
+	_ = c.SetReadDeadline(time.Now().Add(wait))
+	buf := make([]byte, len(msg))
+	_, err := io.ReadFull(c, buf)
+	return string(buf), err
+}
+
+func TestCutProxy(t *testing.T) {
+	p, err := newCutProxy(echoServer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+
+	old, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer old.Close()
+	if got, err := roundTrip(old, "hello", 2*time.Second); err != nil || got != "hello" {
+		t.Fatalf("before the cut: got %q, %v; want hello", got, err)
+	}
+
+	p.Cut()
+	// Silence, not an error: the bytes go nowhere.
+	_, err = roundTrip(old, "lost", 200*time.Millisecond)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("during the cut, old connection: got %v, want a timeout", err)
+	}
+	during, err := net.DialTimeout("tcp", p.Addr(), time.Second)
+	if err != nil {
+		t.Fatalf("during the cut, dial: %v (want accepted, then silence)", err)
+	}
+	defer during.Close()
+	if _, err := roundTrip(during, "lost", 200*time.Millisecond); !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("during the cut, new connection: got %v, want a timeout", err)
+	}
+
+	p.Restore()
+	// Connections that lived through the cut are closed.
+	_ = old.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := old.Read(make([]byte, 8)); err == nil || (errors.As(err, &ne) && ne.Timeout()) {
+		t.Errorf("after restore, old connection: got %v, want it closed", err)
+	}
+	fresh, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if got, err := roundTrip(fresh, "again", 2*time.Second); err != nil || got != "again" {
+		t.Errorf("after restore: got %q, %v; want again", got, err)
+	}
+}
+
+func TestSleepForHonoursContext(t *testing.T) {
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	if sleepFor(ctx, time.Hour) {
+		t.Error("got true from a cancelled sleep, want false")
+	}
+}

@@ -1,0 +1,404 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+	goredis "github.com/redis/go-redis/v9"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/resolver"
+	"google.golang.org/grpc/resolver/manual"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
+	"github.com/fencegate/fencegate/election"
+)
+
+// The statement and key a worker appends its records with. The ledger
+// table is created by the orchestrator; id gives commit order (see
+// docs/SAFETY.md for why that holds per fence in fenced mode).
+const (
+	ledgerInsert = "INSERT INTO ledger (fence, worker, token, seq) VALUES ($1, $2, $3, $4)"
+	ledgerDDL    = `CREATE TABLE IF NOT EXISTS ledger (
+		id     bigserial PRIMARY KEY,
+		fence  text   NOT NULL,
+		worker text   NOT NULL,
+		token  bigint NOT NULL,
+		seq    bigint NOT NULL)`
+)
+
+// ledgerKey is the Redis list of fence f; the hash tag puts it in the
+// fence's slot, as fencegate requires.
+func ledgerKey(fence string) string { return "{" + fence + "}:ledger" }
+
+// redisRecord encodes a record as a list element.
+func redisRecord(worker string, token, seq int64) string {
+	return worker + ":" + strconv.FormatInt(token, 10) + ":" + strconv.FormatInt(seq, 10)
+}
+
+type workerConfig struct {
+	ID            string
+	Fence         string
+	Backend       string
+	Mode          string
+	Etcd          []string
+	Gateways      []string
+	PostgresDSN   string
+	RedisAddr     string
+	History       string
+	TTL           time.Duration
+	Seed          uint64
+	RecklessP     float64
+	Interval      time.Duration
+	Timeout       time.Duration
+	ZombieMin     time.Duration
+	ZombieMax     time.Duration
+	ElectionPrefx string
+}
+
+// writeFunc sends one record and says what became of it.
+type writeFunc func(ctx context.Context, token, seq int64) (Outcome, string)
+
+// runWorker campaigns for the fence's election and, while it believes it
+// leads (and, when reckless, for a while after), appends records.
+func runWorker(ctx context.Context, args []string) error {
+	var cfg workerConfig
+	fs := flag.NewFlagSet("worker", flag.ContinueOnError)
+	fs.StringVar(&cfg.ID, "id", "", "worker incarnation name, unique in the run")
+	fs.StringVar(&cfg.Fence, "fence", "chaos", "fence (and election) name")
+	fs.StringVar(&cfg.Backend, "backend", "postgres", "postgres or redis")
+	fs.StringVar(&cfg.Mode, "mode", "fenced", "fenced (through fencegate) or control (straight to the backend)")
+	etcd := fs.String("etcd", "", "comma-separated etcd endpoints")
+	gateways := fs.String("gateways", "", "comma-separated fencegate gRPC addresses")
+	fs.StringVar(&cfg.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN (control mode)")
+	fs.StringVar(&cfg.RedisAddr, "redis-addr", "", "Redis address (control mode)")
+	fs.StringVar(&cfg.History, "history", "", "history file (JSON lines)")
+	fs.DurationVar(&cfg.TTL, "ttl", 2*time.Second, "election lease TTL")
+	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
+	fs.Float64Var(&cfg.RecklessP, "reckless", 0.6, "probability that a term is led recklessly")
+	fs.DurationVar(&cfg.Interval, "interval", 5*time.Millisecond, "pause between writes")
+	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "request timeout (then the outcome is unknown)")
+	fs.DurationVar(&cfg.ZombieMin, "zombie-min", 3*time.Second, "shortest time a reckless worker keeps writing after its term is over")
+	fs.DurationVar(&cfg.ZombieMax, "zombie-max", 5*time.Second, "longest time a reckless worker keeps writing after its term is over")
+	fs.StringVar(&cfg.ElectionPrefx, "election-prefix", election.DefaultPrefix, "election prefix")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	cfg.Etcd = splitList(*etcd)
+	cfg.Gateways = splitList(*gateways)
+	if cfg.ID == "" || cfg.History == "" || len(cfg.Etcd) == 0 {
+		return errors.New("worker: --id, --history and --etcd are required")
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).With("worker", cfg.ID)
+
+	hist, err := createHistory(cfg.History, cfg.ID, cfg.Fence)
+	if err != nil {
+		return err
+	}
+	defer hist.Close()
+
+	write, closeWrite, err := newWriter(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer closeWrite()
+
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            cfg.Etcd,
+		DialTimeout:          2 * time.Second,
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+
+	w := &worker{
+		cfg: cfg, log: log, hist: hist, write: write, cli: cli,
+		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+	}
+	w.watchPauses(ctx)
+	return w.run(ctx)
+}
+
+type worker struct {
+	cfg   workerConfig
+	log   *slog.Logger
+	hist  *historyWriter
+	write writeFunc
+	cli   *clientv3.Client
+	rng   *rand.Rand
+	seq   int64
+
+	// longPauses counts the times the process was stopped for longer than
+	// its TTL and then continued.
+	longPauses atomic.Int64
+	lastTick   atomic.Int64
+}
+
+// watchPauses notices that the process was stopped (SIGSTOP, or a long GC
+// pause) and continued: a tick that comes late by more than the TTL.
+func (w *worker) watchPauses(ctx context.Context) {
+	w.lastTick.Store(time.Now().UnixNano())
+	conts := make(chan os.Signal, 4)
+	signal.Notify(conts, syscall.SIGCONT)
+	go func() {
+		t := time.NewTicker(50 * time.Millisecond)
+		defer t.Stop()
+		defer signal.Stop(conts)
+		check := func() {
+			now := time.Now().UnixNano()
+			if gap := time.Duration(now - w.lastTick.Swap(now)); gap > w.cfg.TTL {
+				w.longPauses.Add(1)
+				w.log.Info("resumed after a pause", "pause", gap)
+			}
+		}
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+				check()
+			case <-conts:
+				check()
+			}
+		}
+	}()
+}
+
+func (w *worker) run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		lead, err := election.Campaign(ctx, w.cli, election.CampaignConfig{
+			Prefix:   w.cfg.ElectionPrefx,
+			Election: w.cfg.Fence,
+			Value:    w.cfg.ID,
+			TTL:      w.cfg.TTL,
+		})
+		if err != nil {
+			if ctx.Err() != nil {
+				break
+			}
+			w.log.Debug("campaign failed", "err", err)
+			sleep(ctx, 200*time.Millisecond)
+			continue
+		}
+		w.lead(ctx, lead)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		_ = lead.Resign(rctx)
+		cancel()
+	}
+	return nil
+}
+
+// lead writes while the term lasts. A careful term checks Done before every
+// write; a reckless one, once the term is known to be over (Done closed, or
+// the process was paused past its TTL), keeps writing with the old token
+// for a while: the buggy worker fencegate must protect the data from.
+func (w *worker) lead(ctx context.Context, lead *election.Leadership) {
+	tok := lead.Token()
+	reckless := w.rng.Float64() < w.cfg.RecklessP
+	_ = w.hist.log(event{Type: evElect, Token: tok})
+	w.log.Info("elected", "token", tok, "reckless", reckless)
+	pauses0 := w.longPauses.Load()
+	var zombieUntil time.Time
+	for ctx.Err() == nil {
+		over := lead.Err() != nil || w.longPauses.Load() != pauses0
+		if over {
+			switch {
+			case reckless && zombieUntil.IsZero():
+				d := w.cfg.ZombieMin + time.Duration(w.rng.Int64N(int64(w.cfg.ZombieMax-w.cfg.ZombieMin)+1))
+				zombieUntil = time.Now().Add(d)
+				w.log.Info("term over, writing on recklessly", "token", tok, "for", d, "cause", lead.Err())
+			case reckless && time.Now().After(zombieUntil):
+				return
+			case !reckless && lead.Err() != nil:
+				return
+			}
+		}
+		w.seq++
+		seq := w.seq
+		if err := w.hist.log(event{Type: evInvoke, Token: tok, Seq: seq, Zombie: over}); err != nil {
+			w.log.Error("history", "err", err)
+			return
+		}
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Timeout)
+		out, reason := w.write(rctx, tok, seq)
+		cancel()
+		typ := evUnknown
+		switch out {
+		case Acked:
+			typ = evAck
+		case Refused:
+			typ = evRefused
+		}
+		_ = w.hist.log(event{Type: typ, Seq: seq, Reason: reason})
+		if !reckless && out == Refused && (reason == "STALE_TOKEN" || reason == "TERM_ENDED") {
+			// A careful worker steps down when told its term is over.
+			return
+		}
+		sleep(ctx, w.cfg.Interval)
+	}
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// newWriter returns how the worker sends a record: through fencegate, or
+// straight to the backend in control mode.
+func newWriter(ctx context.Context, cfg workerConfig) (writeFunc, func(), error) {
+	switch {
+	case cfg.Mode == "fenced":
+		return newFencedWriter(cfg)
+	case cfg.Mode == "control" && cfg.Backend == "postgres":
+		pc, err := pgxpool.ParseConfig(cfg.PostgresDSN)
+		if err != nil {
+			return nil, nil, err
+		}
+		pc.MaxConns = 2
+		pool, err := pgxpool.NewWithConfig(ctx, pc)
+		if err != nil {
+			return nil, nil, err
+		}
+		return func(ctx context.Context, token, seq int64) (Outcome, string) {
+			_, err := pool.Exec(ctx, ledgerInsert, cfg.Fence, cfg.ID, token, seq)
+			return pgOutcome(err)
+		}, pool.Close, nil
+	case cfg.Mode == "control" && cfg.Backend == "redis":
+		rc := goredis.NewClient(&goredis.Options{Addr: cfg.RedisAddr, MaxRetries: -1, DialTimeout: time.Second})
+		return func(ctx context.Context, token, seq int64) (Outcome, string) {
+			err := rc.RPush(ctx, ledgerKey(cfg.Fence), redisRecord(cfg.ID, token, seq)).Err()
+			return redisOutcome(err)
+		}, func() { rc.Close() }, nil
+	}
+	return nil, nil, fmt.Errorf("worker: unknown mode %q or backend %q", cfg.Mode, cfg.Backend)
+}
+
+// pgOutcome classifies a direct INSERT's error.
+func pgOutcome(err error) (Outcome, string) {
+	var pgErr *pgconn.PgError
+	switch {
+	case err == nil:
+		return Acked, ""
+	case errors.As(err, &pgErr):
+		// The server answered with an error: the autocommit statement
+		// rolled back.
+		return Refused, "SQLSTATE " + pgErr.Code
+	case pgconn.SafeToRetry(err):
+		return Refused, "not sent: " + err.Error()
+	}
+	return Unknown, err.Error()
+}
+
+// redisOutcome classifies a direct RPUSH's error.
+func redisOutcome(err error) (Outcome, string) {
+	var rerr goredis.Error
+	switch {
+	case err == nil:
+		return Acked, ""
+	case errors.As(err, &rerr):
+		return Refused, rerr.Error()
+	}
+	return Unknown, err.Error()
+}
+
+// newFencedWriter sends records through fencegate's gRPC API, spread
+// round-robin over the replicas that are up.
+func newFencedWriter(cfg workerConfig) (writeFunc, func(), error) {
+	if len(cfg.Gateways) == 0 {
+		return nil, nil, errors.New("worker: --gateways is required in fenced mode")
+	}
+	r := manual.NewBuilderWithScheme("fencechaos")
+	addrs := make([]resolver.Address, len(cfg.Gateways))
+	for i, a := range cfg.Gateways {
+		addrs[i] = resolver.Address{Addr: a}
+	}
+	r.InitialState(resolver.State{Addresses: addrs})
+	conn, err := grpc.NewClient(r.Scheme()+":///fencegate",
+		grpc.WithResolvers(r),
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
+	)
+	if err != nil {
+		return nil, nil, err
+	}
+	gw := fencegatev1.NewGatewayClient(conn)
+	return func(ctx context.Context, token, seq int64) (Outcome, string) {
+		ctx = metadata.AppendToOutgoingContext(ctx, "fencing-token", strconv.FormatInt(token, 10))
+		var err error
+		switch cfg.Backend {
+		case "postgres":
+			_, err = gw.Exec(ctx, &fencegatev1.ExecRequest{
+				Fence: cfg.Fence,
+				Statements: []*fencegatev1.Statement{{
+					Sql: ledgerInsert,
+					Params: []*structpb.Value{
+						structpb.NewStringValue(cfg.Fence), structpb.NewStringValue(cfg.ID),
+						structpb.NewNumberValue(float64(token)), structpb.NewNumberValue(float64(seq)),
+					},
+				}},
+			})
+		default:
+			cmd, _ := structpb.NewList([]any{"RPUSH", ledgerKey(cfg.Fence), redisRecord(cfg.ID, token, seq)})
+			_, err = gw.Redis(ctx, &fencegatev1.RedisRequest{Fence: cfg.Fence, Commands: []*structpb.ListValue{cmd}})
+		}
+		return grpcOutcome(err)
+	}, func() { conn.Close() }, nil
+}
+
+// grpcOutcome classifies fencegate's answer. A refusal says nothing was
+// written unless its metadata says "outcome: unknown"; an error without a
+// fencegate ErrorInfo (deadline, broken connection) says nothing at all.
+func grpcOutcome(err error) (Outcome, string) {
+	if err == nil {
+		return Acked, ""
+	}
+	st, _ := status.FromError(err)
+	for _, d := range st.Details() {
+		info, ok := d.(*errdetails.ErrorInfo)
+		if !ok || info.GetDomain() != "fencegate" {
+			continue
+		}
+		if info.GetMetadata()["outcome"] == "unknown" {
+			return Unknown, info.GetReason() + " (outcome unknown)"
+		}
+		return Refused, info.GetReason()
+	}
+	return Unknown, st.Code().String() + ": " + st.Message()
+}

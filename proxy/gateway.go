@@ -158,9 +158,9 @@ func (g *Gateway) admit(ctx context.Context, fence, rawToken string, n int) (tok
 	}
 	switch {
 	case n == 0:
-		return t, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "a write needs at least one statement")
+		return t, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "a write needs at least one statement or command")
 	case n > g.cfg.MaxStatements:
-		return t, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "%d statements, limit is %d", n, g.cfg.MaxStatements)
+		return t, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "%d statements or commands, limit is %d", n, g.cfg.MaxStatements)
 	}
 	hw := g.tracker.HighWater(fence)
 	term := g.terms.Term(fence)

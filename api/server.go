@@ -124,11 +124,10 @@ func redisArg(v *structpb.Value) (string, bool) {
 	case *structpb.Value_StringValue:
 		return k.StringValue, true
 	case *structpb.Value_NumberValue:
-		f := k.NumberValue
-		if f == float64(int64(f)) && f >= -(1<<53) && f <= 1<<53 {
-			return strconv.FormatInt(int64(f), 10), true
+		if n, ok := wholeNumber(k.NumberValue); ok {
+			return strconv.FormatInt(n, 10), true
 		}
-		return strconv.FormatFloat(f, 'g', -1, 64), true
+		return strconv.FormatFloat(k.NumberValue, 'g', -1, 64), true
 	}
 	return "", false
 }
@@ -178,14 +177,22 @@ func params(vs []*structpb.Value) []any {
 	return out
 }
 
+// wholeNumber reports whether a JSON number is an integer a float64 holds
+// exactly, and returns it.
+func wholeNumber(f float64) (int64, bool) {
+	if f == float64(int64(f)) && f >= -(1<<53) && f <= 1<<53 {
+		return int64(f), true
+	}
+	return 0, false
+}
+
 func goValue(v *structpb.Value) any {
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_NumberValue:
-		f := k.NumberValue
-		if f == float64(int64(f)) && f >= -(1<<53) && f <= 1<<53 {
-			return int64(f)
+		if n, ok := wholeNumber(k.NumberValue); ok {
+			return n
 		}
-		return f
+		return k.NumberValue
 	case *structpb.Value_StringValue:
 		return k.StringValue
 	case *structpb.Value_BoolValue:

@@ -44,6 +44,7 @@ type campaignConfig struct {
 	Interval     time.Duration
 	Timeout      time.Duration
 	RecklessP    float64
+	HTTPP        float64
 	PrintMax     int
 	Faults       []string
 	Quiet        bool
@@ -67,6 +68,7 @@ func runCampaign(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.Interval, "interval", 5*time.Millisecond, "workers' pause between writes")
 	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "workers' request timeout (then the outcome is unknown)")
 	fs.Float64Var(&cfg.RecklessP, "reckless", 0.6, "probability that a worker leads a term recklessly (keeps writing after it is over)")
+	fs.Float64Var(&cfg.HTTPP, "http", 0.5, "probability that a fenced write goes over HTTP/JSON rather than gRPC")
 	fs.IntVar(&cfg.PrintMax, "print-violations", 20, "violations printed in full (all are counted)")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only violations and the result line")
 	faults := fs.String("faults", "", "comma-separated fault kinds to inject (default all): "+strings.Join(faultNames(), ", "))
@@ -183,6 +185,9 @@ type campaign struct {
 type gateway struct {
 	*child
 	grpcAddr, httpAddr string
+	// backend is this replica's own path to PostgreSQL or Redis, so one
+	// replica's link can be stalled while the other's works.
+	backend *cutProxy
 }
 
 type workerSlot struct {
@@ -443,11 +448,21 @@ func (c *campaign) redisPersist(ctx context.Context) error {
 	return fmt.Errorf("redis: CONFIG SET save: %w", err)
 }
 
-func (c *campaign) backendArgs() []string {
+// backendAddr is the backend's own address.
+func (c *campaign) backendAddr() string {
 	if c.pg != nil {
-		return []string{"--postgres-dsn=" + c.pg.DSN()}
+		return fmt.Sprintf("127.0.0.1:%d", c.pg.Port())
 	}
-	return []string{"--redis-addr=" + c.rd.Addr()}
+	return c.rd.Addr()
+}
+
+// backendArgs are the flags that point a replica at the backend through
+// addr (its proxy).
+func (c *campaign) backendArgs(addr string) []string {
+	if c.pg != nil {
+		return []string{"--postgres-dsn=" + strings.Replace(c.pg.DSN(), c.backendAddr(), addr, 1)}
+	}
+	return []string{"--redis-addr=" + addr}
 }
 
 func (c *campaign) startGateways(ctx context.Context) error {
@@ -457,16 +472,19 @@ func (c *campaign) startGateways(ctx context.Context) error {
 	}
 	for i := range 2 {
 		g := &gateway{grpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])}
+		if g.backend, err = newCutProxy(c.backendAddr()); err != nil {
+			return err
+		}
+		c.gateways = append(c.gateways, g)
 		args := append([]string{
 			"serve",
 			"--etcd-endpoints=" + strings.Join(c.etcdURLs, ","),
 			"--grpc-addr=" + g.grpcAddr, "--http-addr=" + g.httpAddr,
-		}, c.backendArgs()...)
+		}, c.backendArgs(g.backend.Addr())...)
 		g.child = &child{
 			name: fmt.Sprintf("fencegate g%d", i), path: c.cfg.FencegateBin,
 			args: func() []string { return args }, log: filepath.Join(c.dir, "logs", fmt.Sprintf("fencegate-g%d.log", i)),
 		}
-		c.gateways = append(c.gateways, g)
 		if err := g.start(); err != nil {
 			return err
 		}
@@ -504,9 +522,10 @@ func (c *campaign) waitReady(ctx context.Context, g *gateway, limit time.Duratio
 }
 
 func (c *campaign) startWorkers() error {
-	var gws []string
+	var gws, httpGws []string
 	for _, g := range c.gateways {
 		gws = append(gws, g.grpcAddr)
+		httpGws = append(httpGws, g.httpAddr)
 	}
 	for i := range c.cfg.Workers {
 		w := &workerSlot{idx: i}
@@ -531,6 +550,8 @@ func (c *campaign) startWorkers() error {
 					"--backend", c.cfg.Backend, "--mode", c.cfg.Mode,
 					"--etcd", strings.Join(eps, ","),
 					"--gateways", strings.Join(gws, ","),
+					"--http-gateways", strings.Join(httpGws, ","),
+					"--http", strconv.FormatFloat(c.cfg.HTTPP, 'f', -1, 64),
 					"--history", filepath.Join(c.dir, "hist", w.name()+".jsonl"),
 					"--ttl", c.cfg.TTL.String(),
 					"--seed", strconv.FormatUint(c.cfg.Seed*1000+uint64(i)*100+uint64(w.inc), 10),
@@ -666,6 +687,7 @@ func (c *campaign) quiesce() {
 		c.held[w.proc] = true
 	}
 	for _, g := range c.gateways {
+		g.backend.Release()
 		c.held[g.child] = true
 	}
 	var wg sync.WaitGroup
@@ -691,6 +713,7 @@ func (c *campaign) teardown() {
 	}
 	for _, g := range c.gateways {
 		g.kill()
+		g.backend.Close()
 	}
 	if c.rdc != nil {
 		c.rdc.Close()

@@ -13,17 +13,23 @@ import (
 // Restore closes every connection that lived through the cut, as TCP
 // timeouts would have, and forwards new ones again.
 //
-// A hand-written proxy rather than toxiproxy: cut and restore are all the
-// campaign needs, and it keeps go.mod as it is.
+// It can also stall: hold every byte coming back from the target (the
+// requests still reach it) until Release, as a congested or lossy link
+// does. A client that sent a request during a stall learns its answer only
+// afterwards, however long the target took.
+//
+// A hand-written proxy rather than toxiproxy: cut, restore, stall and
+// release are all the campaign needs, and it keeps go.mod as it is.
 type cutProxy struct {
 	ln     net.Listener
 	target string
 
-	mu     sync.Mutex
-	cut    bool
-	conns  map[*proxyConn]struct{}
-	closed bool
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	cut     bool
+	stalled chan struct{} // non-nil during a stall; closed by Release
+	conns   map[*proxyConn]struct{}
+	closed  bool
+	wg      sync.WaitGroup
 }
 
 // proxyConn is one client connection and, unless it arrived during a cut,
@@ -91,8 +97,8 @@ func (p *cutProxy) serve(pc *proxyConn, cut bool) {
 	}
 	p.mu.Unlock()
 	done := make(chan struct{}, 2)
-	go func() { p.pipe(pc, pc.server, pc.client); done <- struct{}{} }()
-	go func() { p.pipe(pc, pc.client, pc.server); done <- struct{}{} }()
+	go func() { p.pipe(pc, pc.server, pc.client, false); done <- struct{}{} }()
+	go func() { p.pipe(pc, pc.client, pc.server, true); done <- struct{}{} }()
 	<-done
 	// One direction ended: end both.
 	pc.client.Close()
@@ -101,14 +107,19 @@ func (p *cutProxy) serve(pc *proxyConn, cut bool) {
 }
 
 // pipe copies from src to dst, swallowing what it reads while pc is frozen.
-func (p *cutProxy) pipe(pc *proxyConn, dst, src net.Conn) {
+// On the way back from the target (back), it holds what it read while the
+// proxy is stalled until the stall ends.
+func (p *cutProxy) pipe(pc *proxyConn, dst, src net.Conn, back bool) {
 	buf := make([]byte, 32*1024)
 	for {
 		n, err := src.Read(buf)
 		if n > 0 {
 			p.mu.Lock()
-			frozen := pc.frozen
+			frozen, stalled := pc.frozen, p.stalled
 			p.mu.Unlock()
+			if back && stalled != nil {
+				<-stalled
+			}
 			if !frozen {
 				if _, werr := dst.Write(buf[:n]); werr != nil {
 					return
@@ -165,10 +176,33 @@ func (p *cutProxy) Restore() {
 	}
 }
 
+// Stall starts holding the bytes that come back from the target.
+func (p *cutProxy) Stall() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled == nil {
+		p.stalled = make(chan struct{})
+	}
+}
+
+// Release ends a stall: what was held is delivered, in order.
+func (p *cutProxy) Release() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.stalled != nil {
+		close(p.stalled)
+		p.stalled = nil
+	}
+}
+
 // Close stops the proxy and closes every connection.
 func (p *cutProxy) Close() error {
 	p.mu.Lock()
 	p.closed = true
+	if p.stalled != nil {
+		close(p.stalled)
+		p.stalled = nil
+	}
 	for pc := range p.conns {
 		pc.client.Close()
 		if pc.server != nil {

@@ -47,6 +47,30 @@ func TestGRPCOutcome(t *testing.T) {
 	}
 }
 
+func TestHTTPOutcome(t *testing.T) {
+	tests := []struct {
+		name       string
+		code       int
+		body       string
+		want       Outcome
+		wantReason string
+	}{
+		{"ok", 200, `{"fence":"chaos","token":"3","results":[{"rowsAffected":"1"}]}`, Acked, ""},
+		{"stale", 409, `{"code":10,"message":"stale","details":[{"@type":"type.googleapis.com/google.rpc.ErrorInfo","reason":"STALE_TOKEN","domain":"fencegate","metadata":{"fence":"chaos"}}]}`, Refused, "STALE_TOKEN"},
+		{"backend lost mid-write", 503, `{"code":14,"details":[{"reason":"BACKEND_UNAVAILABLE","domain":"fencegate","metadata":{"outcome":"unknown"}}]}`, Unknown, "BACKEND_UNAVAILABLE (outcome unknown)"},
+		{"not fencegate's", 502, `bad gateway`, Unknown, "HTTP 502: bad gateway"},
+		{"other domain", 500, `{"details":[{"reason":"X","domain":"elsewhere"}]}`, Unknown, `HTTP 500: {"details":[{"reason":"X","domain":"elsewhere"}]}`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, reason := httpOutcome(tt.code, []byte(tt.body))
+			if got != tt.want || reason != tt.wantReason {
+				t.Errorf("got %v %q, want %v %q", got, reason, tt.want, tt.wantReason)
+			}
+		})
+	}
+}
+
 // echoServer answers every connection by echoing what it reads.
 func echoServer(t *testing.T) string {
 	t.Helper()
@@ -132,5 +156,73 @@ func TestSleepForHonoursContext(t *testing.T) {
 	cancel()
 	if sleepFor(ctx, time.Hour) {
 		t.Error("got true from a cancelled sleep, want false")
+	}
+}
+
+func TestCutProxyStall(t *testing.T) {
+	// The target echoes and reports what it received, so the test can see
+	// that requests get through a stall while the answers are held.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 8)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 64)
+		for {
+			n, err := c.Read(buf)
+			if err != nil {
+				return
+			}
+			got <- string(buf[:n])
+			if _, err := c.Write(buf[:n]); err != nil {
+				return
+			}
+		}
+	}()
+	defer func() { ln.Close(); <-done }()
+
+	p, err := newCutProxy(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if s, err := roundTrip(c, "one", 2*time.Second); err != nil || s != "one" {
+		t.Fatalf("before the stall: got %q, %v; want one", s, err)
+	}
+	<-got
+
+	p.Stall()
+	_, err = roundTrip(c, "two", 300*time.Millisecond)
+	var ne net.Error
+	if !errors.As(err, &ne) || !ne.Timeout() {
+		t.Errorf("during the stall: got %v, want a timeout (the answer held)", err)
+	}
+	select {
+	case s := <-got:
+		if s != "two" {
+			t.Errorf("target received %q during the stall, want two", s)
+		}
+	case <-time.After(2 * time.Second):
+		t.Error("the request did not reach the target during the stall")
+	}
+
+	p.Release()
+	_ = c.SetReadDeadline(time.Now().Add(2 * time.Second))
+	buf := make([]byte, 3)
+	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "two" {
+		t.Errorf("after release: got %q, %v; want the held answer two", buf, err)
 	}
 }

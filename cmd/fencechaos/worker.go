@@ -1,12 +1,16 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
@@ -62,6 +66,8 @@ type workerConfig struct {
 	Mode          string
 	Etcd          []string
 	Gateways      []string
+	HTTPGateways  []string
+	HTTPP         float64
 	PostgresDSN   string
 	RedisAddr     string
 	History       string
@@ -89,6 +95,8 @@ func runWorker(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.Mode, "mode", "fenced", "fenced (through fencegate) or control (straight to the backend)")
 	etcd := fs.String("etcd", "", "comma-separated etcd endpoints")
 	gateways := fs.String("gateways", "", "comma-separated fencegate gRPC addresses")
+	httpGateways := fs.String("http-gateways", "", "comma-separated fencegate HTTP addresses")
+	fs.Float64Var(&cfg.HTTPP, "http", 0.5, "probability that a fenced write goes over HTTP/JSON rather than gRPC")
 	fs.StringVar(&cfg.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN (control mode)")
 	fs.StringVar(&cfg.RedisAddr, "redis-addr", "", "Redis address (control mode)")
 	fs.StringVar(&cfg.History, "history", "", "history file (JSON lines)")
@@ -105,6 +113,7 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 	cfg.Etcd = splitList(*etcd)
 	cfg.Gateways = splitList(*gateways)
+	cfg.HTTPGateways = splitList(*httpGateways)
 	if cfg.ID == "" || cfg.History == "" || len(cfg.Etcd) == 0 {
 		return errors.New("worker: --id, --history and --etcd are required")
 	}
@@ -338,11 +347,15 @@ func redisOutcome(err error) (Outcome, string) {
 	return Unknown, err.Error()
 }
 
-// newFencedWriter sends records through fencegate's gRPC API, spread
-// round-robin over the replicas that are up.
+// newFencedWriter sends records through fencegate, each over gRPC or, with
+// probability cfg.HTTPP, over HTTP/JSON, spread round-robin over the
+// replicas.
 func newFencedWriter(cfg workerConfig) (writeFunc, func(), error) {
 	if len(cfg.Gateways) == 0 {
 		return nil, nil, errors.New("worker: --gateways is required in fenced mode")
+	}
+	if cfg.HTTPP > 0 && len(cfg.HTTPGateways) == 0 {
+		return nil, nil, errors.New("worker: --http-gateways is required with --http above 0")
 	}
 	r := manual.NewBuilderWithScheme("fencechaos")
 	addrs := make([]resolver.Address, len(cfg.Gateways))
@@ -359,7 +372,12 @@ func newFencedWriter(cfg workerConfig) (writeFunc, func(), error) {
 		return nil, nil, err
 	}
 	gw := fencegatev1.NewGatewayClient(conn)
+	viaHTTP := newHTTPWriter(cfg)
+	rng := rand.New(rand.NewPCG(cfg.Seed, 0x4777))
 	return func(ctx context.Context, token, seq int64) (Outcome, string) {
+		if rng.Float64() < cfg.HTTPP {
+			return viaHTTP(ctx, token, seq)
+		}
 		ctx = metadata.AppendToOutgoingContext(ctx, "fencing-token", strconv.FormatInt(token, 10))
 		var err error
 		switch cfg.Backend {
@@ -401,4 +419,72 @@ func grpcOutcome(err error) (Outcome, string) {
 		return Refused, info.GetReason()
 	}
 	return Unknown, st.Code().String() + ": " + st.Message()
+}
+
+// newHTTPWriter sends records through fencegate's HTTP/JSON API, round-robin
+// over the replicas. Unlike a gRPC deadline, the client's timeout is not
+// sent with the request: fencegate learns of it only when the connection
+// closes, as with most HTTP clients.
+func newHTTPWriter(cfg workerConfig) writeFunc {
+	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+	var next int
+	return func(ctx context.Context, token, seq int64) (Outcome, string) {
+		addr := cfg.HTTPGateways[next%len(cfg.HTTPGateways)]
+		next++
+		var path string
+		var body []byte
+		switch cfg.Backend {
+		case "postgres":
+			path = "/v1/fences/" + cfg.Fence + "/sql"
+			body, _ = json.Marshal(map[string]any{"statements": []any{map[string]any{
+				"sql": ledgerInsert, "params": []any{cfg.Fence, cfg.ID, token, seq},
+			}}})
+		default:
+			path = "/v1/fences/" + cfg.Fence + "/redis"
+			body, _ = json.Marshal(map[string]any{"commands": [][]string{{"RPUSH", ledgerKey(cfg.Fence), redisRecord(cfg.ID, token, seq)}}})
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+		if err != nil {
+			return Unknown, err.Error()
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Fencing-Token", strconv.FormatInt(token, 10))
+		resp, err := hc.Do(req)
+		if err != nil {
+			return Unknown, "HTTP: " + err.Error()
+		}
+		defer resp.Body.Close()
+		answer, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+		if err != nil {
+			return Unknown, "HTTP: " + err.Error()
+		}
+		return httpOutcome(resp.StatusCode, answer)
+	}
+}
+
+// httpOutcome classifies fencegate's HTTP answer as grpcOutcome does its
+// gRPC one: the body of an error is grpc-gateway's JSON google.rpc.Status.
+func httpOutcome(code int, body []byte) (Outcome, string) {
+	if code == http.StatusOK {
+		return Acked, ""
+	}
+	var st struct {
+		Details []struct {
+			Domain   string            `json:"domain"`
+			Reason   string            `json:"reason"`
+			Metadata map[string]string `json:"metadata"`
+		} `json:"details"`
+	}
+	if json.Unmarshal(body, &st) == nil {
+		for _, d := range st.Details {
+			if d.Domain != "fencegate" {
+				continue
+			}
+			if d.Metadata["outcome"] == "unknown" {
+				return Unknown, d.Reason + " (outcome unknown)"
+			}
+			return Refused, d.Reason
+		}
+	}
+	return Unknown, fmt.Sprintf("HTTP %d: %.200s", code, body)
 }

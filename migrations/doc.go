@@ -8,9 +8,9 @@
 //     timestamptz): the high-water mark of every fence;
 //   - function fencegate.advance(fence text, token bigint) returns bigint:
 //     accepts a token not below the fence's mark and raises the mark to it,
-//     in one statement that leaves the fence row locked until commit; a lower
-//     token raises SQLSTATE FG001 (StaleSQLState) with DETAIL
-//     'high_water=<n>';
+//     leaving the fence row locked until commit (shared for a token equal to
+//     the mark, exclusively for one that raises it); a lower token raises
+//     SQLSTATE FG001 (StaleSQLState) with DETAIL 'high_water=<n>';
 //   - table fencegate.schema_version: tern's record of the applied version.
 //
 // Apply is idempotent and safe to run from several replicas at once: it holds

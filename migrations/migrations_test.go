@@ -197,3 +197,72 @@ func TestAdvance(t *testing.T) {
 		t.Errorf("advance(NULL, 3): got %v, want an error", null)
 	}
 }
+
+// TestAdvanceLocking pins down what advance locks, in open transactions:
+// writers of the current term do not wait for each other, a writer of a new
+// term waits for every one of them, and they then find themselves stale.
+func TestAdvanceLocking(t *testing.T) {
+	dsn := freshDB(t)
+	setup := connect(t, dsn)
+	if err := migrations.Apply(t.Context(), setup); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := setup.Exec(t.Context(), "SELECT fencegate.advance('f', 9)"); err != nil {
+		t.Fatal(err)
+	}
+	// begin opens a transaction that has advanced f to token and holds
+	// what advance locked, with a short lock_timeout so a wait shows as
+	// SQLSTATE 55P03 instead of a hang.
+	begin := func(token int64) (pgx.Tx, error) {
+		t.Helper()
+		tx, err := connect(t, dsn).Begin(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = tx.Rollback(context.WithoutCancel(t.Context())) })
+		if _, err := tx.Exec(t.Context(), "SET LOCAL lock_timeout = '300ms'"); err != nil {
+			t.Fatal(err)
+		}
+		_, err = tx.Exec(t.Context(), "SELECT fencegate.advance('f', $1)", token)
+		return tx, err
+	}
+	lockTimeout := func(err error) bool {
+		var pgErr *pgconn.PgError
+		return errors.As(err, &pgErr) && pgErr.Code == "55P03"
+	}
+
+	same1, err := begin(9)
+	if err != nil {
+		t.Fatalf("first writer of term 9: got %v, want nil", err)
+	}
+	same2, err := begin(9)
+	if err != nil {
+		t.Fatalf("second writer of term 9, while the first is open: got %v, want nil (no wait)", err)
+	}
+	if _, err := begin(10); !lockTimeout(err) {
+		t.Fatalf("writer of term 10 while term 9's are open: got %v, want a lock wait (55P03)", err)
+	}
+	if err := same1.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := begin(10); !lockTimeout(err) {
+		t.Fatalf("writer of term 10 while one of term 9's is open: got %v, want a lock wait (55P03)", err)
+	}
+	if err := same2.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	newer, err := begin(10)
+	if err != nil {
+		t.Fatalf("writer of term 10 once term 9's committed: got %v, want nil", err)
+	}
+	if _, err := begin(9); !lockTimeout(err) {
+		t.Fatalf("writer of term 9 while term 10's is open: got %v, want a lock wait (55P03)", err)
+	}
+	if err := newer.Commit(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	var pgErr *pgconn.PgError
+	if _, err := begin(9); !errors.As(err, &pgErr) || pgErr.Code != migrations.StaleSQLState {
+		t.Fatalf("writer of term 9 after term 10 committed: got %v, want SQLSTATE %s", err, migrations.StaleSQLState)
+	}
+}

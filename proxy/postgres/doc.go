@@ -7,9 +7,11 @@
 // before a Sync as one implicit transaction, so the write is all or nothing:
 // a stale token (SQLSTATE FG001) or any failing statement rolls back every
 // statement and the fence raise. advance leaves the fence row locked until
-// commit, which serialises the writers of one fence and nothing else, so a
-// write with a lower token can never commit after one with a higher token,
-// across any number of fencegate replicas.
+// commit: shared by the writes of the current term, which run side by side,
+// and exclusively by a write that raises the mark, which waits for all of
+// them. So a write with a lower token can never commit after one with a
+// higher token, across any number of fencegate replicas, and no lock is
+// taken on anything but the fence's own row.
 //
 // Guarantees:
 //

@@ -10,5 +10,7 @@ import (
 type Fence struct {
 	Name      string
 	HighWater tokens.Token
+	// UpdatedAt is when the high-water mark last changed (created or
+	// raised), not when the fence was last written.
 	UpdatedAt time.Time
 }

@@ -216,23 +216,8 @@ func (c *campaign) pauseGateway(ctx context.Context) (string, bool, error) {
 	if err := g.signal(syscall.SIGSTOP); err != nil {
 		return err.Error(), false, nil
 	}
-	lead := c.between(100*time.Millisecond, 500*time.Millisecond)
-	sleepFor(ctx, lead)
-	leader := "no leader"
-	if w != nil {
-		leader = w.name()
-		_ = w.proc.signal(syscall.SIGSTOP)
-	}
-	d := c.between(c.cfg.TTL+1500*time.Millisecond, c.cfg.TTL+3*time.Second)
-	sleepFor(ctx, d)
-	_ = g.signal(syscall.SIGCONT)
-	after := c.between(200*time.Millisecond, time.Second)
-	sleepFor(ctx, after)
-	if w != nil {
-		_ = w.proc.signal(syscall.SIGCONT)
-	}
-	return fmt.Sprintf("%s stopped for %s, leader %s stopped %s after it and continued %s after it",
-		g.name, (lead + d).Round(time.Millisecond), leader, lead.Round(time.Millisecond), after.Round(time.Millisecond)), true, nil
+	what := c.stopLeaderWhile(ctx, w, func() { _ = g.signal(syscall.SIGCONT) })
+	return g.name + " stopped for " + what, true, nil
 }
 
 // stallBackend holds everything the backend answers one replica, while
@@ -254,6 +239,16 @@ func (c *campaign) stallBackend(ctx context.Context) (string, bool, error) {
 	g := c.gateways[c.rng.IntN(len(c.gateways))]
 	w := c.liveLeader(ctx)
 	g.backend.Stall()
+	what := c.stopLeaderWhile(ctx, w, g.backend.Release)
+	return g.name + "'s backend answers held for " + what, true, nil
+}
+
+// stopLeaderWhile is the second half of the faults that hold a replica's
+// requests (pauseGateway, stallBackend), called once the replica is hurt:
+// 0.1-0.5 s later it SIGSTOPs the leader, so that its requests routed there
+// wait there; after TTL+1.5 s to TTL+3 s it heals the replica, and 0.2-1 s
+// later continues the old leader. It says what happened, from the hurt on.
+func (c *campaign) stopLeaderWhile(ctx context.Context, w *workerSlot, heal func()) string {
 	lead := c.between(100*time.Millisecond, 500*time.Millisecond)
 	sleepFor(ctx, lead)
 	leader := "no leader"
@@ -263,14 +258,14 @@ func (c *campaign) stallBackend(ctx context.Context) (string, bool, error) {
 	}
 	d := c.between(c.cfg.TTL+1500*time.Millisecond, c.cfg.TTL+3*time.Second)
 	sleepFor(ctx, d)
-	g.backend.Release()
+	heal()
 	after := c.between(200*time.Millisecond, time.Second)
 	sleepFor(ctx, after)
 	if w != nil {
 		_ = w.proc.signal(syscall.SIGCONT)
 	}
-	return fmt.Sprintf("%s's backend answers held for %s, leader %s stopped %s after it and continued %s after it",
-		g.name, (lead + d).Round(time.Millisecond), leader, lead.Round(time.Millisecond), after.Round(time.Millisecond)), true, nil
+	return fmt.Sprintf("%s, leader %s stopped %s after it and continued %s after it",
+		(lead + d).Round(time.Millisecond), leader, lead.Round(time.Millisecond), after.Round(time.Millisecond))
 }
 
 // restartBackend restarts PostgreSQL (alternately a fast shutdown and a

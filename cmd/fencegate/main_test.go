@@ -5,12 +5,16 @@ import (
 	"context"
 	"errors"
 	"flag"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
 )
 
 func TestHelp(t *testing.T) {
@@ -142,4 +146,25 @@ func (s *syncBuffer) String() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.b.String()
+}
+
+func TestMigrate(t *testing.T) {
+	pg, err := throwaway.Start(t.Context(), throwaway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	latest := migrations.Latest()
+	for _, want := range []string{
+		fmt.Sprintf("fencegate: schema migrated from version 0 to %d\n", latest),
+		fmt.Sprintf("fencegate: schema is up to date (version %d)\n", latest),
+	} {
+		var stdout, stderr bytes.Buffer
+		if err := run(t.Context(), []string{"migrate", "--postgres-dsn=" + pg.DSN()}, &stdout, &stderr); err != nil {
+			t.Fatalf("migrate: %v\n%s", err, stderr.String())
+		}
+		if got := stdout.String(); got != want {
+			t.Errorf("migrate: got %q, want %q", got, want)
+		}
+	}
 }

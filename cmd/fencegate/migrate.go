@@ -29,9 +29,21 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	defer pg.Close()
+	from, err := pg.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
 	if err := pg.Migrate(ctx); err != nil {
 		return err
 	}
-	fmt.Fprintln(stdout, "fencegate: schema is up to date")
+	to, err := pg.SchemaVersion(ctx)
+	if err != nil {
+		return err
+	}
+	if to == from {
+		fmt.Fprintf(stdout, "fencegate: schema is up to date (version %d)\n", to)
+	} else {
+		fmt.Fprintf(stdout, "fencegate: schema migrated from version %d to %d\n", from, to)
+	}
 	return nil
 }

@@ -188,6 +188,17 @@ func (b *Backend) Migrate(ctx context.Context) error {
 	return nil
 }
 
+// SchemaVersion returns the version of fencegate's schema applied on the
+// database, 0 if none.
+func (b *Backend) SchemaVersion(ctx context.Context) (int32, error) {
+	conn, err := b.acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: schema version on %s: %w", b.host, err)
+	}
+	defer b.release(ctx, conn)
+	return migrations.Version(ctx, conn.Conn())
+}
+
 // HighWater returns the fence's high-water mark and whether the fence exists.
 func (b *Backend) HighWater(ctx context.Context, fence string) (tokens.Token, bool, error) {
 	conn, err := b.acquire(ctx)

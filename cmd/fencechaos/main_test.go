@@ -71,8 +71,10 @@ func TestHTTPOutcome(t *testing.T) {
 	}
 }
 
-// echoServer answers every connection by echoing what it reads.
-func echoServer(t *testing.T) string {
+// echoServer answers every connection by echoing what it reads. When got
+// is not nil, each chunk read is sent there first, so a test can see what
+// reached the server even when the answer is held on the way back.
+func echoServer(t *testing.T, got chan<- string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -86,7 +88,24 @@ func echoServer(t *testing.T) string {
 			if err != nil {
 				return
 			}
-			go func() { _, _ = io.Copy(c, c); c.Close() }()
+			go func() {
+				defer c.Close()
+				buf := make([]byte, 4096)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						if got != nil {
+							got <- string(buf[:n])
+						}
+						if _, werr := c.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
 		}
 	}()
 	t.Cleanup(func() { ln.Close(); <-done })
@@ -104,7 +123,7 @@ func roundTrip(c net.Conn, msg string, wait time.Duration) (string, error) {
 }
 
 func TestCutProxy(t *testing.T) {
-	p, err := newCutProxy(echoServer(t))
+	p, err := newCutProxy(echoServer(t, nil))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -160,36 +179,10 @@ func TestSleepForHonoursContext(t *testing.T) {
 }
 
 func TestCutProxyStall(t *testing.T) {
-	// The target echoes and reports what it received, so the test can see
-	// that requests get through a stall while the answers are held.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The target reports what it received, so the test can see that
+	// requests get through a stall while the answers are held.
 	got := make(chan string, 8)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer c.Close()
-		buf := make([]byte, 64)
-		for {
-			n, err := c.Read(buf)
-			if err != nil {
-				return
-			}
-			got <- string(buf[:n])
-			if _, err := c.Write(buf[:n]); err != nil {
-				return
-			}
-		}
-	}()
-	defer func() { ln.Close(); <-done }()
-
-	p, err := newCutProxy(ln.Addr().String())
+	p, err := newCutProxy(echoServer(t, got))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -51,6 +52,14 @@ type Backend struct {
 	// connection was last found dead; see shouldPing.
 	epoch    time.Time
 	brokenAt atomic.Int64
+
+	// The write coalescer (coalesce.go): free connection slots, and the
+	// writes waiting for one. A slot is a batch in flight.
+	mu    sync.Mutex
+	free  int
+	queue []*call
+	// largestBatch is the most writes taken into one batch, for tests.
+	largestBatch int
 }
 
 // Open connects to the database at dsn (a libpq URL or key=value string) and
@@ -76,7 +85,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
 	// Prepared and cached statements: a repeated write is one round trip.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 
-	b := &Backend{connCfg: cc.Copy(), host: host, epoch: time.Now()}
+	b := &Backend{connCfg: cc.Copy(), host: host, epoch: time.Now(), free: int(cfg.MaxConns)}
 	pc.MaxConns = cfg.MaxConns
 	pc.MinConns = 0
 	pc.MinIdleConns = 0

@@ -13,6 +13,15 @@
 // higher token, across any number of fencegate replicas, and no lock is
 // taken on anything but the fence's own row.
 //
+// Writes are coalesced: at most Config.MaxConns batches are in flight, and
+// writes that arrive while all are busy go out together on the next
+// connection that frees up, each followed by its own Sync, so each is still
+// its own transaction with its own fence check and its own outcome. One
+// round trip then carries several writes; PostgreSQL reads and answers them
+// with one system call each, which is most of what a small write costs it.
+// A caller that gives up on a write in a shared batch gets an unknown
+// outcome; the batch goes on for the others.
+//
 // Guarantees:
 //
 //   - A write is applied only if its token is >= the fence's high-water mark,

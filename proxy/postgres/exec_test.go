@@ -286,11 +286,11 @@ func TestConcurrentWritersNeverRegress(t *testing.T) {
 	t.Parallel()
 	// Rounds make a lost race likely to show; each is ~0.1s.
 	for range 5 {
-		ledgerRound(t)
+		ledgerRound(t, backend)
 	}
 }
 
-func ledgerRound(t *testing.T) {
+func ledgerRound(t *testing.T, backend *Backend) {
 	t.Helper()
 	db := admin(t)
 	table, fence := unique("ledger"), unique("fence")
@@ -403,7 +403,7 @@ func TestExecBackendUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := &Backend{pool: pool, host: b.host}
+	down := &Backend{pool: pool, host: b.host, free: 1}
 	defer down.Close()
 	_, err = down.Exec(t.Context(), unique("fence"), 1, stmt)
 	r = refusal(t, err, tokens.ReasonBackendUnavailable)

@@ -1,0 +1,458 @@
+package postgres
+
+import (
+	"bytes"
+	"container/list"
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// stmtCacheSize bounds the prepared statements per connection, as pgx's own
+// statement cache does.
+const stmtCacheSize = 512
+
+// connState is what fencegate keeps per connection, in its CustomData: the
+// statements it prepared and buffers reused by every batch.
+type connState struct {
+	stmts   map[string]*list.Element // SQL → element holding *pgconn.StatementDescription
+	lru     list.List                // front: most recently used
+	evicted []string                 // names still to deallocate on the server
+	seq     uint64                   // names are never reused, so an evicted one cannot be confused with a new one
+
+	eqb    pgx.ExtendedQueryBuilder
+	values [][]byte // one write's parameters, copied out of eqb
+	bytes  []byte
+	fmts   []int16
+	sent   []sentStmt
+}
+
+// sentStmt is one statement of a write, encoded and ready to send.
+type sentStmt struct {
+	sd            *pgconn.StatementDescription
+	values        [][]byte
+	paramFormats  []int16
+	resultFormats []int16
+}
+
+const connStateKey = "fencegate.conn"
+
+func stateOf(conn *pgx.Conn) *connState {
+	data := conn.PgConn().CustomData()
+	if st, ok := data[connStateKey].(*connState); ok {
+		return st
+	}
+	st := &connState{stmts: make(map[string]*list.Element)}
+	data[connStateKey] = st
+	return st
+}
+
+// lookup returns the statement prepared for sql, or nil.
+func (st *connState) lookup(sql string) *pgconn.StatementDescription {
+	e, ok := st.stmts[sql]
+	if !ok {
+		return nil
+	}
+	st.lru.MoveToFront(e)
+	return e.Value.(*pgconn.StatementDescription)
+}
+
+func (st *connState) add(sd *pgconn.StatementDescription) {
+	st.stmts[sd.SQL] = st.lru.PushFront(sd)
+	for st.lru.Len() > stmtCacheSize {
+		old := st.lru.Remove(st.lru.Back()).(*pgconn.StatementDescription)
+		delete(st.stmts, old.SQL)
+		st.evicted = append(st.evicted, old.Name)
+	}
+}
+
+func (st *connState) newName() string {
+	st.seq++
+	return "fencegate_" + strconv.FormatUint(st.seq, 10)
+}
+
+// exec runs a batch of writes on conn: statements the connection has not
+// prepared yet in one round trip, then every write in one more, each its
+// own implicit transaction. Every call is finished when it returns.
+func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
+	st := stateOf(conn)
+	calls = b.prepare(ctx, conn, st, calls)
+	if len(calls) == 0 && len(st.evicted) == 0 {
+		return
+	}
+
+	p := conn.PgConn().StartPipeline(ctx)
+	sent := calls[:0]
+	for _, c := range calls {
+		if at, err := st.encode(conn, c); err != nil {
+			c.finish(nil, b.refusal(c, at, &encodeError{err}, false))
+			continue
+		}
+		for _, s := range st.sent {
+			// Not SendQueryStatement: pgconn (v5.12) leaves the statement
+			// data of requests skipped after an error in its queue, so
+			// the next write's results would be read with the wrong
+			// descriptions. The portal's own description costs a few
+			// bytes.
+			p.SendQueryPrepared(s.sd.Name, s.values, s.paramFormats, s.resultFormats)
+		}
+		p.SendPipelineSync()
+		sent = append(sent, c)
+	}
+	// After this batch's writes, which may still use them.
+	evicted := st.evicted
+	st.evicted = nil
+	if len(evicted) > 0 {
+		for _, name := range evicted {
+			p.SendDeallocate(name)
+		}
+		p.SendPipelineSync()
+	}
+
+	if err := p.Flush(); err != nil {
+		for _, c := range sent {
+			c.finish(nil, b.refusal(c, atAdvance, err, !pgconn.SafeToRetry(err)))
+		}
+		_ = p.Close()
+		return
+	}
+	for i, c := range sent {
+		results, at, err, inStep := readWrite(conn, p, c)
+		if err == nil {
+			c.finish(results, nil)
+			continue
+		}
+		c.finish(nil, b.refusal(c, at, err, true))
+		if !inStep {
+			// The connection is gone or out of step. After an error the
+			// server sent (a FATAL: terminated, shut down), it ran none of
+			// the rest; otherwise they may have committed.
+			for _, rest := range sent[i+1:] {
+				rest.finish(nil, b.refusal(rest, atAdvance, err, true))
+			}
+			_ = p.Close()
+			closeConn(conn)
+			return
+		}
+	}
+	// Reads the deallocations' answers; an error here only costs the
+	// connection.
+	_ = p.Close()
+}
+
+// prepare prepares the statements of calls that conn has not prepared yet,
+// each in its own Sync so one bad statement fails only the writes that use
+// it. It returns the calls that can go on; the others are finished.
+func (b *Backend) prepare(ctx context.Context, conn *pgx.Conn, st *connState, calls []*call) []*call {
+	var todo []*pgconn.StatementDescription
+	want := func(sql string) {
+		if st.lookup(sql) != nil {
+			return
+		}
+		for _, sd := range todo {
+			if sd.SQL == sql {
+				return
+			}
+		}
+		todo = append(todo, &pgconn.StatementDescription{Name: st.newName(), SQL: sql})
+	}
+	for _, c := range calls {
+		want(advanceSQL)
+		for _, s := range c.stmts {
+			want(s.SQL)
+		}
+	}
+	if len(todo) == 0 {
+		return calls
+	}
+
+	p := conn.PgConn().StartPipeline(ctx)
+	for _, sd := range todo {
+		p.SendPrepare(sd.Name, sd.SQL, nil)
+		p.SendPipelineSync()
+	}
+	failed := make(map[string]error)
+	err := p.Flush()
+	for _, sd := range todo {
+		if err != nil {
+			break
+		}
+		var res any
+		res, err = p.GetResults()
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && !conn.PgConn().IsClosed() {
+			failed[sd.SQL] = err
+			err = nil
+			// Parse may have succeeded and Describe failed.
+			st.evicted = append(st.evicted, sd.Name)
+		} else if err == nil {
+			got, ok := res.(*pgconn.StatementDescription)
+			if !ok {
+				err = fmt.Errorf("prepare: got %T, want a statement description", res)
+				break
+			}
+			sd.ParamOIDs, sd.Fields = got.ParamOIDs, got.Fields
+			st.add(sd)
+		}
+		if err == nil {
+			err = expectSync(p)
+		}
+	}
+	if cerr := p.Close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if err != nil {
+		// Nothing of the writes was sent.
+		for _, c := range calls {
+			c.finish(nil, b.refusal(c, atAdvance, err, false))
+		}
+		return nil
+	}
+
+	ok := calls[:0]
+outer:
+	for _, c := range calls {
+		if err := failed[advanceSQL]; err != nil {
+			c.finish(nil, b.refusal(c, atAdvance, err, false))
+			continue
+		}
+		for i, s := range c.stmts {
+			if err := failed[s.SQL]; err != nil {
+				c.finish(nil, b.refusal(c, i, err, false))
+				continue outer
+			}
+		}
+		ok = append(ok, c)
+	}
+	return ok
+}
+
+// expectSync reads the end of a Sync segment.
+func expectSync(p *pgconn.Pipeline) error {
+	res, err := p.GetResults()
+	if err != nil {
+		return err
+	}
+	if _, ok := res.(*pgconn.PipelineSync); !ok {
+		return fmt.Errorf("pipeline: got %T, want the end of a Sync", res)
+	}
+	return nil
+}
+
+// encodeError is a parameter pgx could not encode for its statement.
+type encodeError struct{ err error }
+
+func (e *encodeError) Error() string { return e.err.Error() }
+func (e *encodeError) Unwrap() error { return e.err }
+
+// encode fills st.sent with c's statements, the fence check first. On error
+// it returns the index of the statement that failed.
+func (st *connState) encode(conn *pgx.Conn, c *call) (int, error) {
+	st.sent = st.sent[:0]
+	st.values = st.values[:0]
+	st.bytes = st.bytes[:0]
+	st.fmts = st.fmts[:0]
+	var args [2]any
+	args[0], args[1] = c.fence, int64(c.token)
+	if err := st.encodeOne(conn, st.lookup(advanceSQL), args[:]); err != nil {
+		return atAdvance, err
+	}
+	for i, s := range c.stmts {
+		params := make([]any, len(s.Params))
+		for j, v := range s.Params {
+			params[j] = param(v)
+		}
+		if err := st.encodeOne(conn, st.lookup(s.SQL), params); err != nil {
+			return i, err
+		}
+	}
+	return 0, nil
+}
+
+// encodeOne encodes one statement's arguments and copies them out of the
+// builder, which the next statement reuses.
+func (st *connState) encodeOne(conn *pgx.Conn, sd *pgconn.StatementDescription, args []any) error {
+	if err := st.eqb.Build(conn.TypeMap(), sd, args); err != nil {
+		return err
+	}
+	v0 := len(st.values)
+	for _, v := range st.eqb.ParamValues {
+		if v == nil {
+			st.values = append(st.values, nil)
+			continue
+		}
+		start := len(st.bytes)
+		st.bytes = append(st.bytes, v...)
+		st.values = append(st.values, st.bytes[start:len(st.bytes):len(st.bytes)])
+	}
+	f0 := len(st.fmts)
+	st.fmts = append(st.fmts, st.eqb.ParamFormats...)
+	f1 := len(st.fmts)
+	st.fmts = append(st.fmts, st.eqb.ResultFormats...)
+	st.sent = append(st.sent, sentStmt{
+		sd:            sd,
+		values:        st.values[v0:len(st.values):len(st.values)],
+		paramFormats:  st.fmts[f0:f1:f1],
+		resultFormats: st.fmts[f1:len(st.fmts):len(st.fmts)],
+	})
+	return nil
+}
+
+// readWrite reads one write's answers, through the end of its Sync. On
+// error it returns where the error was reported, and whether the
+// connection is still in step with the server (the error was the server's,
+// or an answer fencegate could not decode).
+func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, at int, err error, inStep bool) {
+	at = atAdvance
+	results = make([]Result, len(c.stmts))
+	var undecodable error
+	err = func() error {
+		res, err := p.GetResults()
+		if err != nil {
+			return err
+		}
+		if _, err := resultReader(res).Close(); err != nil {
+			return err
+		}
+		for i := range c.stmts {
+			res, err := p.GetResults()
+			if err != nil {
+				at = i
+				return err
+			}
+			err = readResult(conn, resultReader(res), &results[i])
+			var de *decodeError
+			if errors.As(err, &de) {
+				if undecodable == nil {
+					at, undecodable = i, err
+				}
+				err = nil
+			}
+			if err != nil {
+				at = i
+				return err
+			}
+		}
+		// The implicit transaction commits at the Sync; a deferred
+		// constraint or a serialisation failure surfaces here.
+		if err := expectSync(p); err != nil {
+			at = atCommit
+			return err
+		}
+		return nil
+	}()
+	if err == nil && undecodable == nil {
+		return results, 0, nil, true
+	}
+	if err == nil {
+		return nil, at, undecodable, true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || conn.PgConn().IsClosed() {
+		return nil, at, err, false
+	}
+	// The server skips the rest of the write up to its Sync.
+	if serr := expectSync(p); serr != nil {
+		return nil, at, serr, false
+	}
+	return nil, at, err, true
+}
+
+// resultReader is res as a statement's result, or a reader that fails.
+func resultReader(res any) resultCloser {
+	if rr, ok := res.(*pgconn.ResultReader); ok {
+		return rr
+	}
+	return badResult{fmt.Errorf("pipeline: got %T, want a statement's result", res)}
+}
+
+type resultCloser interface {
+	Close() (pgconn.CommandTag, error)
+}
+
+type badResult struct{ err error }
+
+func (b badResult) Close() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
+
+// readResult reads one statement's rows and command tag into res.
+func readResult(conn *pgx.Conn, rc resultCloser, res *Result) error {
+	rr, ok := rc.(*pgconn.ResultReader)
+	if !ok {
+		_, err := rc.Close()
+		return err
+	}
+	fds := rr.FieldDescriptions()
+	if len(fds) > 0 {
+		res.Columns = make([]string, len(fds))
+		for i, fd := range fds {
+			res.Columns[i] = fd.Name
+		}
+		res.Rows = [][]any{}
+	}
+	m := conn.TypeMap()
+	var decodeErr error
+	for rr.NextRow() {
+		if decodeErr != nil {
+			continue
+		}
+		raw := rr.Values()
+		row := make([]any, len(raw))
+		for i, buf := range raw {
+			v, err := decodeValue(m, &fds[i], buf)
+			if err != nil {
+				decodeErr = &decodeError{fmt.Errorf("column %q: %w", fds[i].Name, err)}
+				break
+			}
+			row[i] = jsonValue(v, fds[i].DataTypeOID)
+		}
+		res.Rows = append(res.Rows, row)
+	}
+	tag, err := rr.Close()
+	if err != nil {
+		return err
+	}
+	if decodeErr != nil {
+		return decodeErr
+	}
+	res.RowsAffected = tag.RowsAffected()
+	return nil
+}
+
+// decodeError is a value fencegate could not decode from the server's
+// answer. The connection stays in step; the write may have committed.
+type decodeError struct{ err error }
+
+func (e *decodeError) Error() string { return e.err.Error() }
+func (e *decodeError) Unwrap() error { return e.err }
+
+// decodeValue decodes one column as pgx's Rows.Values does: with the type
+// map's codec, else text as a string and binary as bytes.
+func decodeValue(m *pgtype.Map, fd *pgconn.FieldDescription, buf []byte) (any, error) {
+	if buf == nil {
+		return nil, nil
+	}
+	if t, ok := m.TypeForOID(fd.DataTypeOID); ok {
+		return t.Codec.DecodeValue(m, fd.DataTypeOID, fd.Format, buf)
+	}
+	if fd.Format == pgtype.TextFormatCode {
+		return string(buf), nil
+	}
+	return bytes.Clone(buf), nil
+}
+
+// closeConn closes a connection that is out of step with its server, so the
+// pool does not hand it out again.
+func closeConn(conn *pgx.Conn) {
+	if conn.PgConn().IsClosed() {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	_ = conn.PgConn().Close(ctx)
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -108,6 +109,20 @@ func TestDev(t *testing.T) {
 	}
 	if !strings.Contains(stdout.String(), "etcdctl") || !strings.Contains(stdout.String(), "curl") {
 		t.Errorf("got stdout %q, want a try-it block with etcdctl and curl", stdout.String())
+	}
+	resp, err := http.Get("http://" + httpAddr + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"fencegate_postgres_round_trips_total 0", "fencegate_postgres_batched_writes_total 0"} {
+		if !strings.Contains(string(metrics), "\n"+name+"\n") {
+			t.Errorf("/metrics: no line %q", name)
+		}
 	}
 
 	start := time.Now()

@@ -114,6 +114,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts.Terms, opts.Registerer = watcher, reg
+	if pg, ok := opts.Postgres.(*postgres.Backend); ok && pg != nil {
+		registerBatchMetrics(reg, pg)
+	}
 	gw, err := proxy.New(cfg.Proxy, opts)
 	if err != nil {
 		return err
@@ -227,4 +230,21 @@ func dialEtcd(ctx context.Context, cfg serveConfig) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("etcd at %s is unreachable: %w", cfg.EtcdEndpoints, err)
 	}
 	return cli, nil
+}
+
+// registerBatchMetrics exports how many writes share a PostgreSQL round
+// trip: rate(writes) / rate(round trips) is the mean batch. Near 1 with
+// every slot busy says --postgres-max-conns could be lower; requests queue
+// for a slot only when all are busy.
+func registerBatchMetrics(reg prometheus.Registerer, pg *postgres.Backend) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fencegate_postgres_round_trips_total",
+			Help: "Batches of fenced writes sent to PostgreSQL, one round trip each.",
+		}, func() float64 { return float64(pg.Stats().RoundTrips) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "fencegate_postgres_batched_writes_total",
+			Help: "Fenced writes sent to PostgreSQL in those batches (each its own transaction).",
+		}, func() float64 { return float64(pg.Stats().Writes) }),
+	)
 }

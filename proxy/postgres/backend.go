@@ -60,6 +60,22 @@ type Backend struct {
 	queue []*call
 	// largestBatch is the most writes taken into one batch, for tests.
 	largestBatch int
+
+	roundTrips, writes atomic.Uint64
+}
+
+// Stats are counts since Open.
+type Stats struct {
+	// RoundTrips is the batches of writes sent, one round trip each
+	// (besides preparing statements a connection has not seen).
+	RoundTrips uint64
+	// Writes is the writes sent in them.
+	Writes uint64
+}
+
+// Stats returns the backend's counts.
+func (b *Backend) Stats() Stats {
+	return Stats{RoundTrips: b.roundTrips.Load(), Writes: b.writes.Load()}
 }
 
 // Open connects to the database at dsn (a libpq URL or key=value string) and

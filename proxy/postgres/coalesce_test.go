@@ -93,6 +93,9 @@ func TestBatchWritesAreSeparateTransactions(t *testing.T) {
 	if b.largestBatch < 2 {
 		t.Fatalf("largest batch: got %d writes, want the queued writes sent together", b.largestBatch)
 	}
+	if s := b.Stats(); s.Writes <= s.RoundTrips {
+		t.Errorf("stats: got %d writes in %d round trips, want more writes than round trips", s.Writes, s.RoundTrips)
+	}
 	for i, w := range writes {
 		if w.want == "" {
 			if errs[i] != nil {

@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"os"
 	"os/signal"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -49,6 +50,7 @@ type config struct {
 	profileDir   string
 	etcdNoFsync  bool
 	gateArgs     string
+	pgConns      int
 	command      string
 }
 
@@ -95,6 +97,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&cfg.profileDir, "profile-dir", "", "save fencegate CPU profiles (pprof) of the 64-client fencegate loads, and a heap profile, in this `dir`")
 	fs.BoolVar(&cfg.etcdNoFsync, "etcd-nofsync", false, "run the embedded etcd without fsync")
 	fs.StringVar(&cfg.gateArgs, "fencegate-args", "", "extra space-separated flags for fencegate serve")
+	fs.IntVar(&cfg.pgConns, "pg-conns", 2*runtime.NumCPU(), "fencegate's PostgreSQL pool (--postgres-max-conns); 0 keeps fencegate's default; 2 × CPUs is PostgreSQL's rule of thumb for a server with this many cores")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: fencebench [flags]\n\nCompares fencegate's write path with direct PostgreSQL and Redis writes on servers it starts itself.\n\nFlags:\n")
 		fs.PrintDefaults()

@@ -341,8 +341,8 @@ func (r *report) markdown(w io.Writer) {
 	fmt.Fprintf(w, "**Machine:** %s; %s; GOMAXPROCS %d; load tool, fencegate, etcd, PostgreSQL and Redis all on it.  \n",
 		r.machine, runtime.Version(), runtime.GOMAXPROCS(0))
 	fmt.Fprintf(w, "**Machine load:** %s.  \n", r.machineLoad())
-	fmt.Fprintf(w, "**Command:** `%s` (each load: %v warm-up, %v measured, %d repetition(s) with the path order reversed on odd ones; gRPC: %d clients per connection).\n\n",
-		r.cfg.command, r.cfg.warmup, r.cfg.duration, r.cfg.reps, r.cfg.grpcPerConn)
+	fmt.Fprintf(w, "**Command:** `%s` (each load: %v warm-up, %v measured, %d repetition(s) with the path order reversed on odd ones; gRPC: %d clients per connection; fencegate's PostgreSQL pool: %d connections).\n\n",
+		r.cfg.command, r.cfg.warmup, r.cfg.duration, r.cfg.reps, r.cfg.grpcPerConn, r.cfg.pgConns)
 	fmt.Fprintln(w, "| scenario | clients | path | ops/s | × ref | p50 µs | p99 µs | fencegate CPU µs/op | client CPU µs/op | backend CPU µs/op | RSS MiB | errors |")
 	fmt.Fprintln(w, "|---|--:|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
 	for _, x := range r.loadRows() {

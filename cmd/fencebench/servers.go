@@ -173,6 +173,9 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env) (*gateway
 		}
 		args = append(args, "--pprof-addr="+g.pprofAddr)
 	}
+	if cfg.pgConns > 0 {
+		args = append(args, "--postgres-max-conns="+strconv.Itoa(cfg.pgConns))
+	}
 	args = append(args, strings.Fields(cfg.gateArgs)...)
 	logFile, err := os.Create(g.logPath)
 	if err != nil {

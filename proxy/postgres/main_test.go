@@ -64,7 +64,7 @@ var seq atomic.Int64
 func unique(prefix string) string { return fmt.Sprintf("%s_%d", prefix, seq.Add(1)) }
 
 // admin returns a plain connection for setting up and checking state.
-func admin(t *testing.T) *pgx.Conn {
+func admin(t testing.TB) *pgx.Conn {
 	t.Helper()
 	conn, err := pgx.Connect(t.Context(), server.DSN())
 	if err != nil {
@@ -74,7 +74,7 @@ func admin(t *testing.T) *pgx.Conn {
 	return conn
 }
 
-func mustExec(t *testing.T, conn *pgx.Conn, sql string, args ...any) {
+func mustExec(t testing.TB, conn *pgx.Conn, sql string, args ...any) {
 	t.Helper()
 	if _, err := conn.Exec(t.Context(), sql, args...); err != nil {
 		t.Fatalf("%s: %v", sql, err)

@@ -240,11 +240,11 @@ func registerBatchMetrics(reg prometheus.Registerer, pg *postgres.Backend) {
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fencegate_postgres_round_trips_total",
-			Help: "Batches of fenced writes sent to PostgreSQL, one round trip each.",
-		}, func() float64 { return float64(pg.Stats().RoundTrips) }),
+			Help: "Batches of fenced writes run on a PostgreSQL connection, one round trip each once sent.",
+		}, func() float64 { return float64(pg.Stats().Batches) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "fencegate_postgres_batched_writes_total",
-			Help: "Fenced writes sent to PostgreSQL in those batches (each its own transaction).",
-		}, func() float64 { return float64(pg.Stats().Writes) }),
+			Help: "Fenced writes in those batches (each its own transaction).",
+		}, func() float64 { return float64(pg.Stats().Calls) }),
 	)
 }

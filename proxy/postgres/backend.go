@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"net"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/proxy/internal/coalesce"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -53,30 +53,13 @@ type Backend struct {
 	epoch    time.Time
 	brokenAt atomic.Int64
 
-	// The write coalescer (coalesce.go): free connection slots, and the
-	// writes waiting for one. A slot is a batch in flight.
-	mu    sync.Mutex
-	free  int
-	queue []*call
-	// largestBatch is the most writes taken into one batch, for tests.
-	largestBatch int
-
-	roundTrips, writes atomic.Uint64
+	// co runs writes in batches, one per connection slot (coalesce.go).
+	co *coalesce.Coalescer[*call]
 }
 
-// Stats are counts since Open.
-type Stats struct {
-	// RoundTrips is the batches of writes sent, one round trip each
-	// (besides preparing statements a connection has not seen).
-	RoundTrips uint64
-	// Writes is the writes sent in them.
-	Writes uint64
-}
-
-// Stats returns the backend's counts.
-func (b *Backend) Stats() Stats {
-	return Stats{RoundTrips: b.roundTrips.Load(), Writes: b.writes.Load()}
-}
+// Stats returns counts of the batches of writes since Open: each batch is
+// one round trip (besides preparing statements a connection has not seen).
+func (b *Backend) Stats() coalesce.Stats { return b.co.Stats() }
 
 // Open connects to the database at dsn (a libpq URL or key=value string) and
 // checks that it answers. The error names the host, never the password.
@@ -101,7 +84,8 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
 	// Prepared and cached statements: a repeated write is one round trip.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 
-	b := &Backend{connCfg: cc.Copy(), host: host, epoch: time.Now(), free: int(cfg.MaxConns)}
+	b := &Backend{connCfg: cc.Copy(), host: host, epoch: time.Now()}
+	b.co = coalesce.New(int(cfg.MaxConns), maxBatch, b.runBatch)
 	pc.MaxConns = cfg.MaxConns
 	pc.MinConns = 0
 	pc.MinIdleConns = 0

@@ -46,8 +46,8 @@ func BenchmarkExecCoalesced(b *testing.B) {
 				}
 			})
 			cpu1, s1 := serverCPU(b), be.Stats()
-			if trips := s1.RoundTrips - s0.RoundTrips; trips > 0 {
-				b.ReportMetric(float64(s1.Writes-s0.Writes)/float64(trips), "writes/trip")
+			if trips := s1.Batches - s0.Batches; trips > 0 {
+				b.ReportMetric(float64(s1.Calls-s0.Calls)/float64(trips), "writes/trip")
 			}
 			var used float64
 			for pid, t := range cpu1 {

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/proxy/internal/coalesce"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -37,7 +38,9 @@ func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, stmts 
 	if r := validate(fence, t, stmts); r != nil {
 		return nil, r
 	}
-	return b.submit(&call{ctx: ctx, fence: fence, token: t, stmts: stmts, done: make(chan struct{})})
+	c := &call{fence: fence, token: t, stmts: stmts}
+	c.Init(ctx)
+	return b.submit(c)
 }
 
 // Positions of a failure in a write, besides a caller's statement index.
@@ -48,7 +51,7 @@ const (
 
 // runBatch runs calls on one pooled connection and finishes each of them.
 func (b *Backend) runBatch(calls []*call) {
-	ctx, cancel := batchContext(calls)
+	ctx, cancel := coalesce.BatchContext(calls)
 	defer cancel()
 	conn, err := b.acquire(ctx)
 	if err != nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/fencegate/fencegate/proxy/internal/coalesce"
 	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -403,7 +404,8 @@ func TestExecBackendUnavailable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	down := &Backend{pool: pool, host: b.host, free: 1}
+	down := &Backend{pool: pool, host: b.host}
+	down.co = coalesce.New(1, maxBatch, down.runBatch)
 	defer down.Close()
 	_, err = down.Exec(t.Context(), unique("fence"), 1, stmt)
 	r = refusal(t, err, tokens.ReasonBackendUnavailable)

@@ -115,10 +115,6 @@ func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
 		p.SendPipelineSync()
 	}
 
-	if len(sent) > 0 {
-		b.roundTrips.Add(1)
-		b.writes.Add(uint64(len(sent)))
-	}
 	if err := p.Flush(); err != nil {
 		for _, c := range sent {
 			c.finish(nil, b.refusal(c, atAdvance, err, !pgconn.SafeToRetry(err)))

@@ -1,0 +1,230 @@
+// Package coalesce lets concurrent writes to one backend share round trips.
+//
+// A Coalescer has a fixed number of slots, each a batch in flight on one
+// connection. A write that finds a slot free runs at once, alone, on its
+// caller's goroutine: a lone writer pays nothing. A write that finds every
+// slot busy queues; when a slot's batch ends, everything queued (up to the
+// batch limit) goes out together as that slot's next batch, on a goroutine
+// of its own so the finished caller can return. There is no timer: batches
+// form only when the backend is the bottleneck, and as large as the queue
+// has grown in one round trip.
+//
+// The backend's run function decides what a batch is; fencegate's
+// backends send every write of a batch in one pipeline, each still its own
+// transaction or script, so writes share a round trip, never an outcome.
+package coalesce
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+)
+
+// Call is the part of a write the Coalescer uses. Embed it in the backend's
+// own write type and call Init before Do.
+type Call struct {
+	ctx  context.Context
+	done chan struct{}
+	// taken is guarded by Coalescer.mu: the call left the queue for a
+	// batch, so it may be sent.
+	taken bool
+}
+
+// Init prepares the call to run under ctx.
+func (c *Call) Init(ctx context.Context) {
+	c.ctx = ctx
+	c.done = make(chan struct{})
+}
+
+// Context returns the caller's context.
+func (c *Call) Context() context.Context { return c.ctx }
+
+// Finish marks the call done. The batch sets the call's results first; the
+// caller reads them after Do reports it finished.
+func (c *Call) Finish() { close(c.done) }
+
+func (c *Call) base() *Call { return c }
+
+// Caller is implemented by every type that embeds Call.
+type Caller interface{ base() *Call }
+
+// Outcome is what Do reports.
+type Outcome int
+
+const (
+	// Finished: the batch finished the call; its results are set.
+	Finished Outcome = iota
+	// Abandoned: the caller's context ended while the call was queued.
+	// Nothing of it was sent.
+	Abandoned
+	// Orphaned: the caller's context ended after the call was taken into a
+	// batch. It may still be applied; the batch goes on without the caller.
+	Orphaned
+)
+
+// Coalescer runs calls in batches; see the package doc.
+type Coalescer[T Caller] struct {
+	run      func([]T)
+	maxBatch int
+
+	mu    sync.Mutex
+	free  int
+	queue []T
+
+	batches, calls atomic.Uint64
+	largest        atomic.Int64
+}
+
+// New returns a Coalescer with slots batches in flight at most, each of at
+// most maxBatch calls. run must finish every call it is given.
+func New[T Caller](slots, maxBatch int, run func([]T)) *Coalescer[T] {
+	return &Coalescer[T]{run: run, maxBatch: max(1, maxBatch), free: max(1, slots)}
+}
+
+// Do runs c, alone or in a batch, and reports how it ended.
+func (q *Coalescer[T]) Do(c T) Outcome {
+	b := c.base()
+	q.mu.Lock()
+	if q.free > 0 {
+		q.free--
+		b.taken = true
+		q.mu.Unlock()
+		q.runBatch([]T{c})
+		q.next()
+		return Finished
+	}
+	q.queue = append(q.queue, c)
+	q.mu.Unlock()
+
+	select {
+	case <-b.done:
+		return Finished
+	case <-b.ctx.Done():
+	}
+	q.mu.Lock()
+	if !b.taken {
+		q.dequeueLocked(c)
+		q.mu.Unlock()
+		return Abandoned
+	}
+	q.mu.Unlock()
+	select {
+	case <-b.done:
+		return Finished
+	default:
+		return Orphaned
+	}
+}
+
+// Stats are counts since New.
+type Stats struct {
+	Batches uint64 // batches run, a lone call being a batch of one
+	Calls   uint64 // calls in them
+	Largest int    // the most calls in one batch
+}
+
+// Stats returns the Coalescer's counts.
+func (q *Coalescer[T]) Stats() Stats {
+	return Stats{Batches: q.batches.Load(), Calls: q.calls.Load(), Largest: int(q.largest.Load())}
+}
+
+// Free returns the slots not running a batch, for tests.
+func (q *Coalescer[T]) Free() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.free
+}
+
+func (q *Coalescer[T]) runBatch(batch []T) {
+	q.batches.Add(1)
+	q.calls.Add(uint64(len(batch)))
+	for n := int64(len(batch)); ; {
+		cur := q.largest.Load()
+		if n <= cur || q.largest.CompareAndSwap(cur, n) {
+			break
+		}
+	}
+	q.run(batch)
+}
+
+// next starts a batch of what queued while the caller's slot was busy, or
+// frees the slot.
+func (q *Coalescer[T]) next() {
+	q.mu.Lock()
+	if len(q.queue) == 0 {
+		q.free++
+		q.mu.Unlock()
+		return
+	}
+	batch := q.takeLocked()
+	q.mu.Unlock()
+	go q.drain(batch)
+}
+
+// drain runs batches on one slot until the queue is empty.
+func (q *Coalescer[T]) drain(batch []T) {
+	for {
+		q.runBatch(batch)
+		q.mu.Lock()
+		if len(q.queue) == 0 {
+			q.free++
+			q.mu.Unlock()
+			return
+		}
+		batch = q.takeLocked()
+		q.mu.Unlock()
+	}
+}
+
+// takeLocked removes up to maxBatch calls from the head of the queue.
+func (q *Coalescer[T]) takeLocked() []T {
+	n := min(len(q.queue), q.maxBatch)
+	batch := make([]T, n)
+	copy(batch, q.queue)
+	for _, c := range batch {
+		c.base().taken = true
+	}
+	rest := copy(q.queue, q.queue[n:])
+	clear(q.queue[rest:])
+	q.queue = q.queue[:rest]
+	return batch
+}
+
+// dequeueLocked removes c, which is queued, from the queue.
+func (q *Coalescer[T]) dequeueLocked(c T) {
+	for i, x := range q.queue {
+		if x.base() == c.base() {
+			copy(q.queue[i:], q.queue[i+1:])
+			clear(q.queue[len(q.queue)-1:])
+			q.queue = q.queue[:len(q.queue)-1]
+			return
+		}
+	}
+}
+
+// BatchContext returns the context a batch's I/O runs under: a lone call's
+// own, or one that ends when every call of the batch has been given up by
+// its caller. One impatient caller must not abort the others' writes; when
+// all have left, the I/O is abandoned as it would be for one.
+func BatchContext[T Caller](calls []T) (context.Context, context.CancelFunc) {
+	if len(calls) == 1 {
+		return calls[0].base().ctx, func() {}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var left atomic.Int32
+	left.Store(int32(len(calls)))
+	stops := make([]func() bool, len(calls))
+	for i, c := range calls {
+		stops[i] = context.AfterFunc(c.base().ctx, func() {
+			if left.Add(-1) == 0 {
+				cancel()
+			}
+		})
+	}
+	return ctx, func() {
+		for _, stop := range stops {
+			stop()
+		}
+		cancel()
+	}
+}

@@ -119,7 +119,10 @@ func TestDev(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"fencegate_postgres_round_trips_total 0", "fencegate_postgres_batched_writes_total 0"} {
+	for _, name := range []string{
+		"fencegate_postgres_round_trips_total 0", "fencegate_postgres_batched_writes_total 0",
+		"fencegate_redis_round_trips_total 0", "fencegate_redis_batched_writes_total 0",
+	} {
 		if !strings.Contains(string(metrics), "\n"+name+"\n") {
 			t.Errorf("/metrics: no line %q", name)
 		}

@@ -24,6 +24,7 @@ import (
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/coalesce"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
 )
@@ -115,7 +116,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts.Terms, opts.Registerer = watcher, reg
 	if pg, ok := opts.Postgres.(*postgres.Backend); ok && pg != nil {
-		registerBatchMetrics(reg, pg)
+		registerBatchMetrics(reg, "postgres", pg.Stats)
+	}
+	if rd, ok := opts.Redis.(*redis.Backend); ok && rd != nil {
+		registerBatchMetrics(reg, "redis", rd.Stats)
 	}
 	gw, err := proxy.New(cfg.Proxy, opts)
 	if err != nil {
@@ -232,19 +236,20 @@ func dialEtcd(ctx context.Context, cfg serveConfig) (*clientv3.Client, error) {
 	return cli, nil
 }
 
-// registerBatchMetrics exports how many writes share a PostgreSQL round
-// trip: rate(writes) / rate(round trips) is the mean batch. Near 1 with
-// every slot busy says --postgres-max-conns could be lower; requests queue
-// for a slot only when all are busy.
-func registerBatchMetrics(reg prometheus.Registerer, pg *postgres.Backend) {
+// registerBatchMetrics exports how many writes share a backend round trip:
+// rate(writes) / rate(round trips) is the mean batch. Writes wait for a
+// slot, and so share one, only while all of the pool's are busy; a mean near
+// 1 under load says the pool (--postgres-max-conns, --redis-pool-size) is
+// larger than the backend needs.
+func registerBatchMetrics(reg prometheus.Registerer, backend string, stats func() coalesce.Stats) {
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "fencegate_postgres_round_trips_total",
-			Help: "Batches of fenced writes run on a PostgreSQL connection, one round trip each once sent.",
-		}, func() float64 { return float64(pg.Stats().Batches) }),
+			Name: "fencegate_" + backend + "_round_trips_total",
+			Help: "Batches of fenced writes run on a " + backend + " connection, one round trip each once sent.",
+		}, func() float64 { return float64(stats().Batches) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
-			Name: "fencegate_postgres_batched_writes_total",
-			Help: "Fenced writes in those batches (each its own transaction).",
-		}, func() float64 { return float64(pg.Stats().Calls) }),
+			Name: "fencegate_" + backend + "_batched_writes_total",
+			Help: "Fenced writes in those batches (each its own transaction or script run).",
+		}, func() float64 { return float64(stats().Calls) }),
 	)
 }

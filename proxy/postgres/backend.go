@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/fencegate/fencegate/migrations"
-	"github.com/fencegate/fencegate/proxy/internal/coalesce"
+	"github.com/fencegate/fencegate/proxy/coalesce"
 	"github.com/fencegate/fencegate/tokens"
 )
 

@@ -1,7 +1,7 @@
 package postgres
 
 import (
-	"github.com/fencegate/fencegate/proxy/internal/coalesce"
+	"github.com/fencegate/fencegate/proxy/coalesce"
 	"github.com/fencegate/fencegate/tokens"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencegate/fencegate/proxy/internal/coalesce"
+	"github.com/fencegate/fencegate/proxy/coalesce"
 	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	"github.com/fencegate/fencegate/tokens"
 )

@@ -11,6 +11,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
 
+	"github.com/fencegate/fencegate/proxy/coalesce"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -21,6 +22,8 @@ type Backend struct {
 	addr   string
 	cfg    Config
 	allow  allowlist
+	// co runs writes in batches, one per connection slot.
+	co *coalesce.Coalescer[*call]
 }
 
 // Open connects to the Redis server at addr (host:port) and checks that it
@@ -55,6 +58,7 @@ func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 		},
 	})
 	b := &Backend{client: client, addr: addr, cfg: cfg, allow: allow}
+	b.co = coalesce.New(cfg.PoolSize, maxBatch, b.runBatch)
 	if err := b.Ping(ctx); err != nil {
 		_ = client.Close()
 		return nil, fmt.Errorf("redis: cannot reach %s: %w", addr, oneLine(err))
@@ -74,6 +78,10 @@ func oneLine(err error) error {
 func (b *Backend) Close() error {
 	return b.client.Close()
 }
+
+// Stats returns counts of the batches of writes since Open: each batch is
+// one round trip.
+func (b *Backend) Stats() coalesce.Stats { return b.co.Stats() }
 
 // Addr returns the host:port the backend connects to.
 func (b *Backend) Addr() string { return b.addr }

@@ -10,6 +10,13 @@
 // full only when the server does not have it (after a restart, a failover
 // or SCRIPT FLUSH).
 //
+// Writes are coalesced (package coalesce): at most Config.PoolSize
+// batches are in flight, and writes that arrive while all are busy go out
+// together, one EVALSHA each in one pipeline, on the next slot that frees
+// up. Each is still its own script run with its own check and outcome;
+// Redis reads and answers the pipeline with a system call or two instead
+// of one per write.
+//
 // Guarantees:
 //
 //   - A write is applied only if its token is >= the fence's high-water mark,

@@ -9,13 +9,16 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/fencegate/fencegate/proxy/coalesce"
 	"github.com/fencegate/fencegate/tokens"
 )
 
 // Exec runs a fenced write: in one Lua script, it checks token t against
 // the fence's high-water mark, runs cmds in order and raises the mark to t.
 // One round trip (EVALSHA; EVAL once more if the server lost the script).
-// Either every command is applied or none is.
+// Either every command is applied or none is. Writes that arrive while
+// every connection slot is busy share the next free slot's round trip, in
+// one pipeline, each its own script run.
 //
 // cmds are commands as argument lists, the name first (any case), e.g.
 // {"SET", "{jobs}:last", "7"}. The replies are JSON-friendly: string for
@@ -36,17 +39,93 @@ func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [
 	if r != nil {
 		return nil, r
 	}
-	res, err := script.Run(ctx, b.client, p.keys, p.args...).Result()
-	if err != nil {
-		return nil, b.unavailable(fence, t, err)
+	c := &call{fence: fence, token: t, plan: p}
+	c.Init(ctx)
+	switch b.co.Do(c) {
+	case coalesce.Abandoned:
+		r := tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t, "no connection to %s", b.addr)
+		r.Err = ctx.Err()
+		return nil, r
+	case coalesce.Orphaned:
+		// Sent, or about to be: the script may run all the same.
+		r := tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t, "lost %s during the write", b.addr)
+		r.Err = ctx.Err()
+		r.Metadata = map[string]string{"outcome": "unknown"}
+		return nil, r
 	}
+	if c.err != nil {
+		return nil, b.unavailable(fence, t, c.err)
+	}
+	return b.reply(fence, t, len(cmds), c.res)
+}
+
+// maxBatch bounds the writes sent in one round trip.
+const maxBatch = 16
+
+// call is one fenced write on its way through a batch.
+type call struct {
+	coalesce.Call
+	fence string
+	token tokens.Token
+	plan  plan
+
+	// Set by the batch before Finish.
+	res any
+	err error
+}
+
+// runBatch runs the scripts of calls: a lone write as EVALSHA (EVAL when
+// the server lost the script), several in one pipeline, one round trip for
+// all. Each is its own script run, atomic on its own; Redis runs them one
+// after the other as it would from separate connections.
+func (b *Backend) runBatch(calls []*call) {
+	ctx, cancel := coalesce.BatchContext(calls)
+	defer cancel()
+	if len(calls) == 1 {
+		c := calls[0]
+		c.res, c.err = script.Run(ctx, b.client, c.plan.keys, c.plan.args...).Result()
+		c.Finish()
+		return
+	}
+	pipe := b.client.Pipeline()
+	cmds := make([]*goredis.Cmd, len(calls))
+	for i, c := range calls {
+		cmds[i] = script.EvalSha(ctx, pipe, c.plan.keys, c.plan.args...)
+	}
+	// Each command carries its own error; Exec's is the first of them.
+	_, _ = pipe.Exec(ctx)
+	var lost []*call
+	for i, c := range calls {
+		res, err := cmds[i].Result()
+		if isNoScript(err) {
+			// Not run; EVAL loads the script and runs it.
+			lost = append(lost, c)
+			continue
+		}
+		c.res, c.err = res, err
+		c.Finish()
+	}
+	for _, c := range lost {
+		c.res, c.err = script.Eval(ctx, b.client, c.plan.keys, c.plan.args...).Result()
+		c.Finish()
+	}
+}
+
+func isNoScript(err error) bool {
+	var rerr goredis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOSCRIPT")
+}
+
+// reply turns the script's reply to a write of n commands into its
+// outcome.
+func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, error) {
 	reply, ok := res.([]any)
 	if !ok || len(reply) == 0 {
 		return nil, b.unexpected(fence, t, res)
 	}
 	marker, _ := reply[0].(int64)
 	switch {
-	case marker == replyOK && len(reply) == len(cmds)+1:
+	case marker == replyOK && len(reply) == n+1:
 		out := reply[1:]
 		for i, v := range out {
 			out[i] = jsonValue(v)

@@ -423,11 +423,11 @@ func TestExecAfterScriptFlush(t *testing.T) {
 func TestConcurrentWritersNeverRegress(t *testing.T) {
 	t.Parallel()
 	for range 5 {
-		ledgerRound(t)
+		ledgerRound(t, backend)
 	}
 }
 
-func ledgerRound(t *testing.T) {
+func ledgerRound(t *testing.T, backend *Backend) {
 	t.Helper()
 	db := admin(t)
 	fence := unique("ledger")

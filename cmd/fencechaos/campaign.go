@@ -42,6 +42,7 @@ type campaignConfig struct {
 	GapMin       time.Duration
 	GapMax       time.Duration
 	Interval     time.Duration
+	Concurrency  int
 	Timeout      time.Duration
 	RecklessP    float64
 	HTTPP        float64
@@ -66,6 +67,7 @@ func runCampaign(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.GapMin, "gap-min", 2*time.Second, "shortest quiet time between faults")
 	fs.DurationVar(&cfg.GapMax, "gap-max", 4*time.Second, "longest quiet time between faults")
 	fs.DurationVar(&cfg.Interval, "interval", 5*time.Millisecond, "workers' pause between writes")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 6, "writes each leading worker keeps in flight at once (so fencegate batches them with each other and with zombies')")
 	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "workers' request timeout (then the outcome is unknown)")
 	fs.Float64Var(&cfg.RecklessP, "reckless", 0.6, "probability that a worker leads a term recklessly (keeps writing after it is over)")
 	fs.Float64Var(&cfg.HTTPP, "http", 0.5, "probability that a fenced write goes over HTTP/JSON rather than gRPC")
@@ -481,6 +483,12 @@ func (c *campaign) startGateways(ctx context.Context) error {
 			"--etcd-endpoints=" + strings.Join(c.etcdURLs, ","),
 			"--grpc-addr=" + g.grpcAddr, "--http-addr=" + g.httpAddr,
 		}, c.backendArgs(g.backend.Addr())...)
+		if i == 0 {
+			// One connection slot: concurrent writes through g0 share
+			// round trips (fencegate's batches) nearly always; g1 keeps
+			// the default pool, where they rarely do.
+			args = append(args, "--postgres-max-conns=1", "--redis-pool-size=1")
+		}
 		g.child = &child{
 			name: fmt.Sprintf("fencegate g%d", i), path: c.cfg.FencegateBin,
 			args: func() []string { return args }, log: filepath.Join(c.dir, "logs", fmt.Sprintf("fencegate-g%d.log", i)),
@@ -557,6 +565,7 @@ func (c *campaign) startWorkers() error {
 					"--seed", strconv.FormatUint(c.cfg.Seed*1000+uint64(i)*100+uint64(w.inc), 10),
 					"--reckless", strconv.FormatFloat(c.cfg.RecklessP, 'f', -1, 64),
 					"--interval", c.cfg.Interval.String(),
+					"--concurrency", strconv.Itoa(c.cfg.Concurrency),
 					"--timeout", c.cfg.Timeout.String(),
 					"--zombie-min", (c.cfg.TTL + time.Second).String(),
 					"--zombie-max", (c.cfg.TTL + 3*time.Second).String(),

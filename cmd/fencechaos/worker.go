@@ -15,6 +15,7 @@ import (
 	"os/signal"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -75,6 +76,7 @@ type workerConfig struct {
 	Seed          uint64
 	RecklessP     float64
 	Interval      time.Duration
+	Concurrency   int
 	Timeout       time.Duration
 	ZombieMin     time.Duration
 	ZombieMax     time.Duration
@@ -104,6 +106,7 @@ func runWorker(ctx context.Context, args []string) error {
 	fs.Uint64Var(&cfg.Seed, "seed", 1, "random seed")
 	fs.Float64Var(&cfg.RecklessP, "reckless", 0.6, "probability that a term is led recklessly")
 	fs.DurationVar(&cfg.Interval, "interval", 5*time.Millisecond, "pause between writes")
+	fs.IntVar(&cfg.Concurrency, "concurrency", 1, "writes in flight at once while leading")
 	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "request timeout (then the outcome is unknown)")
 	fs.DurationVar(&cfg.ZombieMin, "zombie-min", 3*time.Second, "shortest time a reckless worker keeps writing after its term is over")
 	fs.DurationVar(&cfg.ZombieMax, "zombie-max", 5*time.Second, "longest time a reckless worker keeps writing after its term is over")
@@ -158,7 +161,7 @@ type worker struct {
 	write writeFunc
 	cli   *clientv3.Client
 	rng   *rand.Rand
-	seq   int64
+	seq   atomic.Int64
 
 	// longPauses counts the times the process was stopped for longer than
 	// its TTL and then continued.
@@ -230,44 +233,67 @@ func (w *worker) lead(ctx context.Context, lead *election.Leadership) {
 	_ = w.hist.log(event{Type: evElect, Token: tok})
 	w.log.Info("elected", "token", tok, "reckless", reckless)
 	pauses0 := w.longPauses.Load()
-	var zombieUntil time.Time
-	for ctx.Err() == nil {
-		over := lead.Err() != nil || w.longPauses.Load() != pauses0
-		if over {
-			switch {
-			case reckless && zombieUntil.IsZero():
-				d := w.cfg.ZombieMin + time.Duration(w.rng.Int64N(int64(w.cfg.ZombieMax-w.cfg.ZombieMin)+1))
-				zombieUntil = time.Now().Add(d)
-				w.log.Info("term over, writing on recklessly", "token", tok, "for", d, "cause", lead.Err())
-			case reckless && time.Now().After(zombieUntil):
-				return
-			case !reckless && lead.Err() != nil:
+	var (
+		mu          sync.Mutex
+		zombieUntil time.Time
+	)
+	// stop reports whether the term's writing is over, and starts the
+	// zombie time of a reckless term once.
+	stop := func() (over, done bool) {
+		over = lead.Err() != nil || w.longPauses.Load() != pauses0
+		if !over {
+			return false, false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case reckless && zombieUntil.IsZero():
+			d := w.cfg.ZombieMin + time.Duration(w.rng.Int64N(int64(w.cfg.ZombieMax-w.cfg.ZombieMin)+1))
+			zombieUntil = time.Now().Add(d)
+			w.log.Info("term over, writing on recklessly", "token", tok, "for", d, "cause", lead.Err())
+		case reckless && time.Now().After(zombieUntil):
+			return true, true
+		case !reckless && lead.Err() != nil:
+			return true, true
+		}
+		return true, false
+	}
+	loop := func() {
+		for ctx.Err() == nil {
+			over, done := stop()
+			if done {
 				return
 			}
+			seq := w.seq.Add(1)
+			if err := w.hist.log(event{Type: evInvoke, Token: tok, Seq: seq, Zombie: over}); err != nil {
+				w.log.Error("history", "err", err)
+				return
+			}
+			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Timeout)
+			out, reason := w.write(rctx, tok, seq)
+			cancel()
+			typ := evUnknown
+			switch out {
+			case Acked:
+				typ = evAck
+			case Refused:
+				typ = evRefused
+			}
+			_ = w.hist.log(event{Type: typ, Seq: seq, Reason: reason})
+			if !reckless && out == Refused && (reason == "STALE_TOKEN" || reason == "TERM_ENDED") {
+				// A careful worker steps down when told its term is over.
+				return
+			}
+			sleep(ctx, w.cfg.Interval)
 		}
-		w.seq++
-		seq := w.seq
-		if err := w.hist.log(event{Type: evInvoke, Token: tok, Seq: seq, Zombie: over}); err != nil {
-			w.log.Error("history", "err", err)
-			return
-		}
-		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Timeout)
-		out, reason := w.write(rctx, tok, seq)
-		cancel()
-		typ := evUnknown
-		switch out {
-		case Acked:
-			typ = evAck
-		case Refused:
-			typ = evRefused
-		}
-		_ = w.hist.log(event{Type: typ, Seq: seq, Reason: reason})
-		if !reckless && out == Refused && (reason == "STALE_TOKEN" || reason == "TERM_ENDED") {
-			// A careful worker steps down when told its term is over.
-			return
-		}
-		sleep(ctx, w.cfg.Interval)
 	}
+	// Concurrent writers of one term: their writes meet in fencegate's
+	// batches, next to other workers' and zombies' writes.
+	var wg sync.WaitGroup
+	for range max(1, w.cfg.Concurrency) {
+		wg.Go(loop)
+	}
+	wg.Wait()
 }
 
 func sleep(ctx context.Context, d time.Duration) {

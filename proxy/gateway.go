@@ -64,6 +64,8 @@ type Gateway struct {
 	metrics *Metrics
 	now     func() time.Time
 	tracker tokens.Tracker
+	// refusals rate-limits the log lines of identical refusals.
+	refusals refusalLog
 }
 
 // ErrNotConfigured is returned for a write to a backend fencegate was not
@@ -231,14 +233,21 @@ func (g *Gateway) finish(ctx context.Context, backend int, fence string, t token
 			g.log.ErrorContext(ctx, "unexpected backend error", "fence", fence, "token", uint64(t), "err", err)
 		}
 		reason = r.Reason
-		g.log.LogAttrs(ctx, slog.LevelWarn, "write refused",
-			slog.String("backend", backends[backend]),
-			slog.String("fence", fence),
-			slog.Uint64("token", uint64(t)),
-			slog.String("reason", string(reason)),
-			slog.Uint64("high_water", uint64(r.HighWater)),
-			slog.Uint64("term", uint64(r.Term)),
-			slog.String("err", err.Error()))
+		if log, suppressed := g.refusals.admit(refusalKey{backend, fence, reason, t}, g.now()); log {
+			attrs := []slog.Attr{
+				slog.String("backend", backends[backend]),
+				slog.String("fence", fence),
+				slog.Uint64("token", uint64(t)),
+				slog.String("reason", string(reason)),
+				slog.Uint64("high_water", uint64(r.HighWater)),
+				slog.Uint64("term", uint64(r.Term)),
+				slog.String("err", err.Error()),
+			}
+			if suppressed > 0 {
+				attrs = append(attrs, slog.Uint64("identical_not_logged", suppressed))
+			}
+			g.log.LogAttrs(ctx, slog.LevelWarn, "write refused", attrs...)
+		}
 	}
 	g.metrics.observe(backend, fence, reason, g.now().Sub(start).Seconds())
 }

@@ -186,6 +186,7 @@ func TestBadInputHTTP(t *testing.T) {
 		{"no statements", url, tok, `{"statements":[]}`, 400, "INVALID_REQUEST"},
 		{"malformed JSON", url, tok, `{"statements":[{"sql":`, 400, "INVALID_REQUEST"},
 		{"unknown field", url, tok, `{"statementz":[]}`, 400, "INVALID_REQUEST"},
+		{"text after the JSON", url, tok, good + ` {"statements":[]}`, 400, "INVALID_REQUEST"},
 		{"oversized body", url, tok, sqlBody(fmt.Sprintf(`{"sql":"SELECT 1 -- %s"}`, strings.Repeat("x", 70<<10))), 400, "INVALID_REQUEST"},
 		{"bad fence name", r.url + "/v1/fences/bad%7Bname%7D/sql", tok, good, 400, "INVALID_REQUEST"},
 		{"transaction control", url, tok, sqlBody(insert(table, "w", l.token), `{"sql":"COMMIT"}`), 400, "INVALID_REQUEST"},

@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -45,7 +46,7 @@ func TestParseConfigDefaults(t *testing.T) {
 		if err != nil {
 			t.Fatalf("parseConfig(%q): %v", tt.args, err)
 		}
-		if cfg.duration != tt.wantDuration || cfg.killTrials != tt.wantKill || !equalInts(cfg.clients, tt.wantClients) {
+		if cfg.duration != tt.wantDuration || cfg.killTrials != tt.wantKill || !slices.Equal(cfg.clients, tt.wantClients) {
 			t.Errorf("parseConfig(%q) = duration %v, kill trials %d, clients %v; want %v, %d, %v",
 				tt.args, cfg.duration, cfg.killTrials, cfg.clients, tt.wantDuration, tt.wantKill, tt.wantClients)
 		}
@@ -55,18 +56,6 @@ func TestParseConfigDefaults(t *testing.T) {
 			t.Errorf("parseConfig(%q) succeeded, want an error", bad)
 		}
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func TestGoals(t *testing.T) {

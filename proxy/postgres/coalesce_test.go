@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -114,7 +115,7 @@ func TestBatchWritesAreSeparateTransactions(t *testing.T) {
 		}
 		got = append(got, n)
 	}
-	if want := []int{1, 3, 8}; !equalInts(got, want) {
+	if want := []int{1, 3, 8}; !slices.Equal(got, want) {
 		t.Errorf("rows: got %v, want %v (the accepted writes only)", got, want)
 	}
 }
@@ -171,16 +172,4 @@ func TestBatchedWritersNeverRegress(t *testing.T) {
 	if s := b.Stats(); s.Largest < 2 {
 		t.Errorf("stats: got %+v, want batches", s)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }

@@ -18,6 +18,8 @@ import (
 	"context"
 	"sync"
 	"sync/atomic"
+
+	"github.com/fencegate/fencegate/tokens"
 )
 
 // Call is the part of a write the Coalescer uses. Embed it in the backend's
@@ -114,6 +116,21 @@ func (q *Coalescer[T]) Do(c T) Outcome {
 	default:
 		return Orphaned
 	}
+}
+
+// Refusal is the refusal for a call Do did not finish, to the backend at
+// addr: nothing sent (Abandoned), or an outcome nobody will learn
+// (Orphaned). err is the caller's context error.
+func Refusal(o Outcome, fence string, t tokens.Token, addr string, err error) *tokens.RefusalError {
+	if o == Abandoned {
+		r := tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t, "no connection to %s", addr)
+		r.Err = err
+		return r
+	}
+	r := tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t, "lost %s during the write", addr)
+	r.Err = err
+	r.Metadata = map[string]string{"outcome": "unknown"}
+	return r
 }
 
 // Stats are counts since New.

@@ -11,7 +11,7 @@ import (
 // its own Sync. PostgreSQL runs them one after the other, as it would on
 // separate connections, but reads them with one system call and answers
 // them with one; fencegate sends and reads them with one each. On this
-// project's 2-core machine that more than halves PostgreSQL's CPU per
+// project's 2-core machine that about halves PostgreSQL's CPU per
 // write (BenchmarkExecCoalesced, docs/BENCHMARKS.md).
 
 // maxBatch bounds the writes sent in one round trip. A larger batch makes
@@ -38,17 +38,8 @@ func (c *call) finish(results []Result, err error) {
 
 // submit runs c, alone or in a batch, and returns its outcome.
 func (b *Backend) submit(c *call) ([]Result, error) {
-	switch b.co.Do(c) {
-	case coalesce.Abandoned:
-		r := tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, c.token, "no connection to %s", b.host)
-		r.Err = c.Context().Err()
-		return nil, r
-	case coalesce.Orphaned:
-		// Sent, or about to be: it may commit all the same.
-		r := tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, c.token, "lost %s during the write", b.host)
-		r.Err = c.Context().Err()
-		r.Metadata = map[string]string{"outcome": "unknown"}
-		return nil, r
+	if o := b.co.Do(c); o != coalesce.Finished {
+		return nil, coalesce.Refusal(o, c.fence, c.token, b.host, c.Context().Err())
 	}
 	return c.results, c.err
 }

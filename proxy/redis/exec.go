@@ -41,17 +41,8 @@ func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [
 	}
 	c := &call{fence: fence, token: t, plan: p}
 	c.Init(ctx)
-	switch b.co.Do(c) {
-	case coalesce.Abandoned:
-		r := tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t, "no connection to %s", b.addr)
-		r.Err = ctx.Err()
-		return nil, r
-	case coalesce.Orphaned:
-		// Sent, or about to be: the script may run all the same.
-		r := tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t, "lost %s during the write", b.addr)
-		r.Err = ctx.Err()
-		r.Metadata = map[string]string{"outcome": "unknown"}
-		return nil, r
+	if o := b.co.Do(c); o != coalesce.Finished {
+		return nil, coalesce.Refusal(o, fence, t, b.addr, ctx.Err())
 	}
 	if c.err != nil {
 		return nil, b.unavailable(fence, t, c.err)

@@ -224,6 +224,7 @@ func (g *Gateway) learn(fence string, t tokens.Token, err error) {
 }
 
 func (g *Gateway) finish(ctx context.Context, backend int, fence string, t tokens.Token, start time.Time, err error) {
+	now := g.now()
 	var reason tokens.Reason
 	if err != nil {
 		r, ok := tokens.AsRefusal(err)
@@ -233,7 +234,7 @@ func (g *Gateway) finish(ctx context.Context, backend int, fence string, t token
 			g.log.ErrorContext(ctx, "unexpected backend error", "fence", fence, "token", uint64(t), "err", err)
 		}
 		reason = r.Reason
-		if log, suppressed := g.refusals.admit(refusalKey{backend, fence, reason, t}, g.now()); log {
+		if log, suppressed := g.refusals.admit(refusalKey{backend, fence, reason, t}, now); log {
 			attrs := []slog.Attr{
 				slog.String("backend", backends[backend]),
 				slog.String("fence", fence),
@@ -249,7 +250,7 @@ func (g *Gateway) finish(ctx context.Context, backend int, fence string, t token
 			g.log.LogAttrs(ctx, slog.LevelWarn, "write refused", attrs...)
 		}
 	}
-	g.metrics.observe(backend, fence, reason, g.now().Sub(start).Seconds())
+	g.metrics.observe(backend, fence, reason, now.Sub(start).Seconds())
 }
 
 // FenceState is a fence as reported by GetFence and ListFences.

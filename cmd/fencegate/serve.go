@@ -79,7 +79,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	}
 	defer etcd.Close()
 
-	opts := proxy.Options{Logger: log}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	opts := proxy.Options{Logger: log, Registerer: reg}
 	if cfg.PostgresDSN != "" {
 		pg, err := postgres.Open(ctx, cfg.PostgresDSN, cfg.Postgres)
 		if err != nil {
@@ -90,6 +92,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			return err
 		}
 		opts.Postgres = pg
+		registerBatchMetrics(reg, "postgres", pg.Stats)
 	}
 	if cfg.RedisAddr != "" {
 		rd, err := redis.Open(ctx, cfg.RedisAddr, cfg.Redis)
@@ -98,6 +101,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		defer rd.Close()
 		opts.Redis = rd
+		registerBatchMetrics(reg, "redis", rd.Stats)
 	}
 
 	watcher, err := election.NewWatcher(etcd, election.WatcherConfig{
@@ -112,15 +116,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		return err
 	}
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	opts.Terms, opts.Registerer = watcher, reg
-	if pg, ok := opts.Postgres.(*postgres.Backend); ok && pg != nil {
-		registerBatchMetrics(reg, "postgres", pg.Stats)
-	}
-	if rd, ok := opts.Redis.(*redis.Backend); ok && rd != nil {
-		registerBatchMetrics(reg, "redis", rd.Stats)
-	}
+	opts.Terms = watcher
 	gw, err := proxy.New(cfg.Proxy, opts)
 	if err != nil {
 		return err

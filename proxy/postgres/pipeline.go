@@ -162,8 +162,8 @@ func (b *Backend) prepare(ctx context.Context, conn *pgx.Conn, st *connState, ca
 		}
 		todo = append(todo, &pgconn.StatementDescription{Name: st.newName(), SQL: sql})
 	}
+	want(advanceSQL)
 	for _, c := range calls {
-		want(advanceSQL)
 		for _, s := range c.stmts {
 			want(s.SQL)
 		}
@@ -317,7 +317,11 @@ func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, a
 		if err != nil {
 			return err
 		}
-		if _, err := resultReader(res).Close(); err != nil {
+		rr, err := asResult(res)
+		if err != nil {
+			return err
+		}
+		if _, err := rr.Close(); err != nil {
 			return err
 		}
 		for i := range c.stmts {
@@ -326,7 +330,10 @@ func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, a
 				at = i
 				return err
 			}
-			err = readResult(conn, resultReader(res), &results[i])
+			rr, err := asResult(res)
+			if err == nil {
+				err = readResult(conn, rr, &results[i])
+			}
 			var de *decodeError
 			if errors.As(err, &de) {
 				if undecodable == nil {
@@ -364,29 +371,17 @@ func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, a
 	return nil, at, err, true
 }
 
-// resultReader is res as a statement's result, or a reader that fails.
-func resultReader(res any) resultCloser {
+// asResult is res as a statement's result; anything else means fencegate
+// and the server are out of step.
+func asResult(res any) (*pgconn.ResultReader, error) {
 	if rr, ok := res.(*pgconn.ResultReader); ok {
-		return rr
+		return rr, nil
 	}
-	return badResult{fmt.Errorf("pipeline: got %T, want a statement's result", res)}
+	return nil, fmt.Errorf("pipeline: got %T, want a statement's result", res)
 }
-
-type resultCloser interface {
-	Close() (pgconn.CommandTag, error)
-}
-
-type badResult struct{ err error }
-
-func (b badResult) Close() (pgconn.CommandTag, error) { return pgconn.CommandTag{}, b.err }
 
 // readResult reads one statement's rows and command tag into res.
-func readResult(conn *pgx.Conn, rc resultCloser, res *Result) error {
-	rr, ok := rc.(*pgconn.ResultReader)
-	if !ok {
-		_, err := rc.Close()
-		return err
-	}
+func readResult(conn *pgx.Conn, rr *pgconn.ResultReader, res *Result) error {
 	fds := rr.FieldDescriptions()
 	if len(fds) > 0 {
 		res.Columns = make([]string, len(fds))

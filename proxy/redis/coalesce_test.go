@@ -9,10 +9,9 @@ import (
 	"github.com/fencegate/fencegate/tokens"
 )
 
-func openBackend(t *testing.T, poolSize int) *Backend {
+// openBackend opens a Backend of its own on the shared server.
+func openBackend(t *testing.T, cfg Config) *Backend {
 	t.Helper()
-	cfg := DefaultConfig()
-	cfg.PoolSize = poolSize
 	b, err := Open(t.Context(), server.Addr(), cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -24,7 +23,7 @@ func openBackend(t *testing.T, poolSize int) *Backend {
 // TestBatchWritesAreSeparateScripts: writes that share a round trip are
 // applied or refused each on its own. Not parallel: it pauses the server.
 func TestBatchWritesAreSeparateScripts(t *testing.T) {
-	b := openBackend(t, 1)
+	b := openBackend(t, onePoolSlot())
 	db := admin(t)
 	stale := unique("batch")
 	execOKOn(t, b, stale, 10, []string{"SET", key(stale, "v"), "10"})
@@ -99,7 +98,7 @@ func TestBatchWritesAreSeparateScripts(t *testing.T) {
 // NOSCRIPT; each is run again with EVAL, once.
 func TestBatchAfterScriptFlush(t *testing.T) {
 	t.Parallel()
-	b := openBackend(t, 1)
+	b := openBackend(t, onePoolSlot())
 	db := admin(t)
 	var calls []*call
 	var fences []string
@@ -133,7 +132,7 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 // one connection slot, so most writes share their round trip.
 func TestBatchedWritersNeverRegress(t *testing.T) {
 	t.Parallel()
-	b := openBackend(t, 1)
+	b := openBackend(t, onePoolSlot())
 	for range 5 {
 		ledgerRound(t, b)
 	}
@@ -149,4 +148,12 @@ func execOKOn(t *testing.T, b *Backend, fence string, tok tokens.Token, cmds ...
 		t.Fatalf("Exec(%s, %d): got %v, want nil", fence, tok, err)
 	}
 	return res
+}
+
+// onePoolSlot is the default config with one connection slot, so
+// concurrent writes share round trips.
+func onePoolSlot() Config {
+	cfg := DefaultConfig()
+	cfg.PoolSize = 1
+	return cfg
 }

@@ -218,11 +218,7 @@ func TestCheckSlotsOffAllowsUntaggedKeys(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.CheckSlots = false
-	b, err := Open(t.Context(), server.Addr(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openBackend(t, cfg)
 	fence := unique("noslots")
 	k1, k2 := "untagged:"+fence, fence+":other"
 	if _, err := b.Exec(t.Context(), fence, 3, [][]string{{"SET", k1, "1"}, {"SET", k2, "2"}}); err != nil {
@@ -232,7 +228,7 @@ func TestCheckSlotsOffAllowsUntaggedKeys(t *testing.T) {
 		t.Errorf("values: got %v, want [1 2]", got)
 	}
 	// The reserved prefix stays refused.
-	_, err = b.Exec(t.Context(), fence, 3, [][]string{{"DEL", TokenKey(fence)}})
+	_, err := b.Exec(t.Context(), fence, 3, [][]string{{"DEL", TokenKey(fence)}})
 	refusal(t, err, tokens.ReasonInvalidRequest)
 }
 
@@ -240,11 +236,7 @@ func TestConfigAllowAddsKnownCommands(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.Allow = []string{"rename", "ZPOPMIN"}
-	b, err := Open(t.Context(), server.Addr(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer b.Close()
+	b := openBackend(t, cfg)
 	fence := unique("allow")
 	res, err := b.Exec(t.Context(), fence, 1, [][]string{
 		{"SET", key(fence, "a"), "1"},

@@ -99,3 +99,28 @@ func Version(ctx context.Context, conn *pgx.Conn) (int32, error) {
 	}
 	return v, nil
 }
+
+// Roles made by the schema (migration 003).
+const (
+	// OwnerRole owns everything in schema fencegate. It cannot log in.
+	OwnerRole = "fencegate_owner"
+	// RuntimeRole may call fencegate.advance and read the fences, and
+	// nothing else on schema fencegate. The role fencegate serves as must be
+	// a member of it (GrantRuntime), and must be neither OwnerRole nor a
+	// superuser.
+	RuntimeRole = "fencegate_runtime"
+)
+
+// GrantRuntime makes role a member of RuntimeRole, so fencegate can serve
+// logged in as role. conn must be allowed to grant RuntimeRole (a
+// superuser, or the role that ran Apply). Granting twice is harmless.
+func GrantRuntime(ctx context.Context, conn *pgx.Conn, role string) error {
+	if role == "" {
+		return fmt.Errorf("migrations: grant %s: empty role name", RuntimeRole)
+	}
+	sql := "GRANT " + RuntimeRole + " TO " + pgx.Identifier{role}.Sanitize()
+	if _, err := conn.Exec(ctx, sql); err != nil {
+		return fmt.Errorf("migrations: grant %s to %q: %w", RuntimeRole, role, err)
+	}
+	return nil
+}

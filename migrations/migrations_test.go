@@ -11,6 +11,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/tern/v2/migrate"
 	"go.uber.org/goleak"
 
 	"github.com/fencegate/fencegate/migrations"
@@ -264,5 +265,148 @@ func TestAdvanceLocking(t *testing.T) {
 	var pgErr *pgconn.PgError
 	if _, err := begin(9); !errors.As(err, &pgErr) || pgErr.Code != migrations.StaleSQLState {
 		t.Fatalf("writer of term 9 after term 10 committed: got %v, want SQLSTATE %s", err, migrations.StaleSQLState)
+	}
+}
+
+// migrateTo brings a fresh database to schema version v, as an older
+// fencegate would have left it.
+func migrateTo(t *testing.T, conn *pgx.Conn, v int32) {
+	t.Helper()
+	if _, err := conn.Exec(t.Context(), "CREATE SCHEMA IF NOT EXISTS fencegate"); err != nil {
+		t.Fatal(err)
+	}
+	m, err := migrate.NewMigrator(t.Context(), conn, migrations.VersionTable)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.LoadMigrations(migrations.FS()); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.MigrateTo(t.Context(), v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// evilOperators gives the session an = for bigints that is always true,
+// found before pg_catalog's through its search path.
+const evilOperators = `
+CREATE SCHEMA evil;
+CREATE FUNCTION evil.yes(bigint, bigint) RETURNS boolean LANGUAGE sql AS 'SELECT true';
+CREATE OPERATOR evil.= (LEFTARG = bigint, RIGHTARG = bigint, FUNCTION = evil.yes);
+SELECT set_config('search_path', 'evil, pg_catalog, public', false);`
+
+// TestAdvanceIgnoresCallerOperators: a session whose search path finds its
+// own = first cannot make advance accept a stale token. Version 2's
+// advance (invoker's search path) is shown to fall for it, so the test
+// would catch the defence going away.
+func TestAdvanceIgnoresCallerOperators(t *testing.T) {
+	for _, tc := range []struct {
+		version   int32
+		wantStale bool
+	}{
+		{2, false}, // the attack works on the schema before 003
+		{migrations.Latest(), true},
+	} {
+		t.Run(fmt.Sprintf("version %d", tc.version), func(t *testing.T) {
+			conn := connect(t, freshDB(t))
+			migrateTo(t, conn, tc.version)
+			if _, err := conn.Exec(t.Context(), "SELECT fencegate.advance('f', 9)"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := conn.Exec(t.Context(), evilOperators); err != nil {
+				t.Fatal(err)
+			}
+			_, err := conn.Exec(t.Context(), "SELECT fencegate.advance('f', 3)")
+			var pgErr *pgconn.PgError
+			gotStale := errors.As(err, &pgErr) && pgErr.Code == migrations.StaleSQLState
+			if gotStale != tc.wantStale {
+				t.Errorf("advance('f', 3) below mark 9 with evil.= first in search_path: got %v, want stale %v", err, tc.wantStale)
+			}
+			var mark int64
+			if err := conn.QueryRow(t.Context(), "SELECT token FROM fencegate.fences WHERE name OPERATOR(pg_catalog.=) 'f'").Scan(&mark); err != nil {
+				t.Fatal(err)
+			}
+			if mark != 9 {
+				t.Errorf("mark: got %d, want 9", mark)
+			}
+		})
+	}
+}
+
+// runtimeConn returns a connection as a new login role that is a member of
+// RuntimeRole, as fencegate serves, on a database migrated to the latest
+// schema. The role may create objects in schema public, as an app's role
+// often can.
+func runtimeConn(t *testing.T) (admin, rt *pgx.Conn) {
+	t.Helper()
+	dsn := freshDB(t)
+	admin = connect(t, dsn)
+	if err := migrations.Apply(t.Context(), admin); err != nil {
+		t.Fatal(err)
+	}
+	role := fmt.Sprintf("rt_%d", dbSeq.Add(1))
+	for _, sql := range []string{
+		"CREATE ROLE " + role + " LOGIN",
+		"GRANT CREATE ON SCHEMA public TO " + role,
+	} {
+		if _, err := admin.Exec(t.Context(), sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := migrations.GrantRuntime(t.Context(), admin, role); err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.User = role
+	rt, err = pgx.ConnectConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = rt.Close(context.WithoutCancel(t.Context())) })
+	return admin, rt
+}
+
+// TestRuntimeRoleCannotMoveMarks: the role fencegate serves as can advance
+// a fence once per transaction and read the fences, and cannot write them
+// any other way, nor take fencegate's objects over.
+func TestRuntimeRoleCannotMoveMarks(t *testing.T) {
+	admin, rt := runtimeConn(t)
+	ctx := t.Context()
+	if _, err := rt.Exec(ctx, "SELECT fencegate.advance('other', 5)"); err != nil {
+		t.Fatalf("runtime role advancing a fence: %v", err)
+	}
+	var n int
+	if err := rt.QueryRow(ctx, "SELECT count(*) FROM fencegate.fences").Scan(&n); err != nil {
+		t.Fatalf("runtime role reading the fences: %v", err)
+	}
+
+	for _, attack := range []struct{ name, sql string }{
+		{"upsert", "INSERT INTO fencegate.fences(name, token) VALUES ('other', 9223372036854775807) ON CONFLICT (name) DO UPDATE SET token = excluded.token"},
+		{"update", "UPDATE fencegate.fences SET token = 9223372036854775807"},
+		{"delete", "DELETE FROM fencegate.fences"},
+		{"truncate", "TRUNCATE fencegate.fences"},
+		{"replace advance", "CREATE OR REPLACE FUNCTION fencegate.advance(text, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint'"},
+		{"shadow advance", "CREATE FUNCTION public.advance(text, bigint) RETURNS bigint LANGUAGE sql AS 'SELECT 1::bigint'; SELECT fencegate.advance('other', 1)"},
+		{"alter owner", "ALTER TABLE fencegate.fences OWNER TO CURRENT_USER"},
+		{"become owner", "SET ROLE fencegate_owner"},
+		{"grant self", "GRANT fencegate_owner TO CURRENT_USER"},
+		{"second advance", "SELECT fencegate.advance('mine', 7), fencegate.advance('other', 9223372036854775807)"},
+		{"second advance later in the transaction", "BEGIN; SELECT fencegate.advance('mine', 7); SELECT fencegate.advance('other', 9223372036854775807); COMMIT"},
+	} {
+		_, err := rt.Exec(ctx, attack.sql)
+		if err == nil {
+			t.Errorf("%s: got nil, want an error", attack.name)
+		}
+		_, _ = rt.Exec(ctx, "ROLLBACK")
+	}
+	var mark int64
+	if err := admin.QueryRow(ctx, "SELECT token FROM fencegate.fences WHERE name = 'other'").Scan(&mark); err != nil {
+		t.Fatal(err)
+	}
+	if mark != 5 {
+		t.Errorf("mark of other after the attacks: got %d, want 5", mark)
 	}
 }

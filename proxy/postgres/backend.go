@@ -44,6 +44,7 @@ const (
 // Backend is fencegate's PostgreSQL backend: a connection pool that runs
 // fenced writes. It is safe for concurrent use.
 type Backend struct {
+	cfg     Config
 	pool    *pgxpool.Pool
 	connCfg *pgx.ConnConfig // for Migrate's dedicated connection
 	host    string          // host:port for messages; never the password
@@ -55,6 +56,10 @@ type Backend struct {
 
 	// co runs writes in batches, one per connection slot (coalesce.go).
 	co *coalesce.Coalescer[*call]
+
+	// uncheckedSQL lets callers' SQL through unchecked, so tests can show
+	// what the pipeline's own defences do when the SQL check misses.
+	uncheckedSQL bool
 }
 
 // Stats returns counts of the batches of writes since Open: each batch is
@@ -84,7 +89,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
 	// Prepared and cached statements: a repeated write is one round trip.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 
-	b := &Backend{connCfg: cc.Copy(), host: host, epoch: time.Now()}
+	b := &Backend{cfg: cfg, connCfg: cc.Copy(), host: host, epoch: time.Now()}
 	b.co = coalesce.New(int(cfg.MaxConns), maxBatch, b.runBatch)
 	pc.MaxConns = cfg.MaxConns
 	pc.MinConns = 0
@@ -248,4 +253,52 @@ func (b *Backend) Fences(ctx context.Context) ([]Fence, error) {
 		return nil, fmt.Errorf("postgres: list fences: %w", err)
 	}
 	return fences, nil
+}
+
+// ErrPrivileged is returned by CheckRole when fencegate is logged in as a
+// superuser or as a member of migrations.OwnerRole: callers' statements
+// would then run with the rights to move any fence's mark.
+var ErrPrivileged = errors.New("postgres: logged in as a role that can move fence marks")
+
+// CheckRole checks that the database is ready for fencegate to serve as
+// the role it logged in as: fencegate's schema is at the version this
+// binary needs, the role may run the fence check (migrations.RuntimeRole),
+// and, unless allowPrivileged, the role is neither a superuser nor a member
+// of migrations.OwnerRole (ErrPrivileged). Errors say what to run.
+func (b *Backend) CheckRole(ctx context.Context, allowPrivileged bool) error {
+	conn, err := b.acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("postgres: check role on %s: %w", b.host, err)
+	}
+	defer b.release(ctx, conn)
+	user := b.connCfg.User
+	v, err := migrations.Version(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
+	if latest := migrations.Latest(); v < latest {
+		return fmt.Errorf("postgres: fencegate's schema on %s is at version %d, this fencegate needs %d: run `fencegate migrate --postgres-dsn=<an admin DSN> --runtime-role=%s` (or serve with --postgres-migrate-dsn)",
+			b.host, v, latest, user)
+	}
+	var super, owner, runtime bool
+	err = conn.QueryRow(ctx, `SELECT r.rolsuper,
+	       pg_has_role(current_user, $1, 'USAGE'),
+	       has_function_privilege('fencegate.advance(text, bigint)', 'EXECUTE')
+	  FROM pg_roles r WHERE r.rolname = current_user`, migrations.OwnerRole).Scan(&super, &owner, &runtime)
+	if err != nil {
+		return fmt.Errorf("postgres: check role %q on %s: %w", user, b.host, err)
+	}
+	switch {
+	case (super || owner) && !allowPrivileged:
+		what := "a superuser"
+		if !super {
+			what = "a member of " + migrations.OwnerRole
+		}
+		return fmt.Errorf("%w: %q on %s is %s; serve as a role made a member of %s with `fencegate migrate --runtime-role` (or pass --insecure)",
+			ErrPrivileged, user, b.host, what, migrations.RuntimeRole)
+	case !runtime:
+		return fmt.Errorf("postgres: role %q on %s may not run fencegate's fence check: run `fencegate migrate --postgres-dsn=<an admin DSN> --runtime-role=%s`",
+			user, b.host, user)
+	}
+	return nil
 }

@@ -25,7 +25,7 @@ func BenchmarkExecCoalesced(b *testing.B) {
 	const writers = 16
 	for _, conns := range []int32{16, 8, 4, 2} {
 		b.Run(fmt.Sprintf("writers=%d/conns=%d", writers, conns), func(b *testing.B) {
-			be, err := Open(b.Context(), server.DSN(), Config{MaxConns: conns})
+			be, err := Open(b.Context(), runtimeDSN, Config{MaxConns: conns})
 			if err != nil {
 				b.Fatal(err)
 			}

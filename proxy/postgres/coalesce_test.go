@@ -13,7 +13,7 @@ import (
 // openBackend opens a Backend of its own on the shared server.
 func openBackend(t *testing.T, cfg Config) *Backend {
 	t.Helper()
-	b, err := Open(t.Context(), server.DSN(), cfg)
+	b, err := Open(t.Context(), runtimeDSN, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

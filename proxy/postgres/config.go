@@ -17,6 +17,11 @@ type Config struct {
 	// each statement of a write, including the wait for the fence row lock.
 	// Default 5s.
 	StatementTimeout time.Duration
+	// WriteTimeout bounds a whole write, all its statements and its commit,
+	// from when PostgreSQL starts it: past it, fencegate cancels the
+	// statement running and the write rolls back. Default 5s (zero in a
+	// Config: its StatementTimeout).
+	WriteTimeout time.Duration
 	// ConnectTimeout bounds establishing one connection. Default 5s.
 	ConnectTimeout time.Duration
 	// ApplicationName is reported to the server (pg_stat_activity).
@@ -29,6 +34,7 @@ func DefaultConfig() Config {
 	return Config{
 		MaxConns:         max(4, 4*int32(runtime.GOMAXPROCS(0))),
 		StatementTimeout: 5 * time.Second,
+		WriteTimeout:     5 * time.Second,
 		ConnectTimeout:   5 * time.Second,
 		ApplicationName:  "fencegate",
 	}
@@ -42,6 +48,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.StatementTimeout == 0 {
 		c.StatementTimeout = d.StatementTimeout
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = c.StatementTimeout
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = d.ConnectTimeout
@@ -59,6 +68,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("postgres: MaxConns must be at least 1, got %d", c.MaxConns)
 	case c.StatementTimeout < time.Millisecond:
 		return fmt.Errorf("postgres: StatementTimeout must be at least 1ms, got %v", c.StatementTimeout)
+	case c.WriteTimeout < time.Millisecond:
+		return fmt.Errorf("postgres: WriteTimeout must be at least 1ms, got %v", c.WriteTimeout)
 	case c.ConnectTimeout < time.Millisecond:
 		return fmt.Errorf("postgres: ConnectTimeout must be at least 1ms, got %v", c.ConnectTimeout)
 	case c.ApplicationName == "":

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"log"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	"github.com/fencegate/fencegate/tokens"
@@ -18,20 +20,27 @@ func ExampleBackend_Exec() {
 		log.Fatal(err)
 	}
 	defer srv.Close()
-	b, err := postgres.Open(ctx, srv.DSN(), postgres.DefaultConfig())
+	// As in a deployment: the administrator migrates fencegate's schema
+	// and creates the tables; fencegate serves as a role that may write
+	// them and only run the fence check on its own schema.
+	dsn, err := srv.RuntimeRole(ctx, "app")
+	if err != nil {
+		log.Fatal(err)
+	}
+	admin, err := pgx.Connect(ctx, srv.DSN())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	if _, err := admin.Exec(ctx, "CREATE TABLE jobs(id int PRIMARY KEY, state text)"); err != nil {
+		log.Fatal(err)
+	}
+	b, err := postgres.Open(ctx, dsn, postgres.DefaultConfig())
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer b.Close()
-	if err := b.Migrate(ctx); err != nil {
-		log.Fatal(err)
-	}
-
-	// Statements are prepared before the batch runs, so a table must exist
-	// before the write that uses it.
-	if _, err := b.Exec(ctx, "jobs", 42, []postgres.Statement{
-		{SQL: "CREATE TABLE jobs(id int PRIMARY KEY, state text)"},
-	}); err != nil {
+	if err := b.CheckRole(ctx, false); err != nil {
 		log.Fatal(err)
 	}
 

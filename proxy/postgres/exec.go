@@ -35,7 +35,7 @@ const advanceSQL = "SELECT fencegate.advance($1, $2)"
 // the write; after it was sent that is BACKEND_UNAVAILABLE with an unknown
 // outcome (a batch shared with other writes goes on without it).
 func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, stmts []Statement) ([]Result, error) {
-	if r := validate(fence, t, stmts); r != nil {
+	if r := b.validate(fence, t, stmts); r != nil {
 		return nil, r
 	}
 	c := &call{fence: fence, token: t, stmts: stmts}
@@ -115,7 +115,11 @@ func (b *Backend) refusal(c *call, at int, err error, sent bool) *tokens.Refusal
 	}
 	r.Reason = tokens.ReasonBackendUnavailable
 	var dec *decodeError
+	var txs *txStateError
 	switch {
+	case errors.As(err, &txs):
+		r.Msg = txs.Error() + "; connection closed, outcome unknown"
+		r.Metadata = map[string]string{"outcome": "unknown"}
 	case !sent:
 		r.Msg = "cannot reach " + b.host
 	case errors.As(err, &dec):

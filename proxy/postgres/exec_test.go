@@ -359,7 +359,7 @@ func ledgerRound(t *testing.T, backend *Backend) {
 
 func TestExecBackendUnavailable(t *testing.T) {
 	t.Parallel()
-	b, err := Open(t.Context(), server.DSN(), Config{ApplicationName: "down-test", MaxConns: 2})
+	b, err := Open(t.Context(), runtimeDSN, Config{ApplicationName: "down-test", MaxConns: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -386,7 +386,7 @@ func TestExecBackendUnavailable(t *testing.T) {
 	}
 
 	// Statement timeout: the server rolled back.
-	short, err := Open(t.Context(), server.DSN(), Config{StatementTimeout: 50 * time.Millisecond, MaxConns: 1})
+	short, err := Open(t.Context(), runtimeDSN, Config{StatementTimeout: 50 * time.Millisecond, MaxConns: 1})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -428,14 +428,15 @@ func TestExecAfterRestart(t *testing.T) {
 			t.Error(err)
 		}
 	}()
-	b, err := Open(t.Context(), srv.DSN(), Config{MaxConns: 4})
+	dsn, err := srv.RuntimeRole(t.Context(), "fencegate_test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := Open(t.Context(), dsn, Config{MaxConns: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer b.Close()
-	if err := b.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
 	// Fill the pool: four writes at once hold four connections.
 	var wg sync.WaitGroup
 	for range 4 {

@@ -16,6 +16,9 @@ import (
 var (
 	server  *throwaway.Server
 	backend *Backend // shared by the tests; migrated
+	// runtimeDSN logs in as the role fencegate serves as: a member of
+	// migrations.RuntimeRole, not a superuser.
+	runtimeDSN string
 )
 
 func TestMain(m *testing.M) {
@@ -35,12 +38,17 @@ func runTests(m *testing.M) int {
 		}
 	}()
 	server = srv
-	b, err := Open(ctx, srv.DSN(), Config{})
+	runtimeDSN, err = srv.RuntimeRole(ctx, "fencegate_test")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	if err := b.Migrate(ctx); err != nil {
+	b, err := Open(ctx, runtimeDSN, Config{})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := b.CheckRole(ctx, false); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}

@@ -7,11 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/fencegate/fencegate/tokens"
 )
 
 // stmtCacheSize bounds the prepared statements per connection, as pgx's own
@@ -31,6 +34,26 @@ type connState struct {
 	bytes  []byte
 	fmts   []int16
 	sent   []sentStmt
+
+	// params is the session's reported settings when the connection was
+	// first used; a batch that changed any is the last on the connection.
+	params [len(reportedParams)]string
+	// watchdog cancels the statement running on the connection when the
+	// write being read is past its time limit (see armWatchdog).
+	watchdog *time.Timer
+	armed    atomic.Uint64 // sequence number of the write armed, 0 when none
+	fired    atomic.Uint64 // sequence number of the last write the watchdog cancelled
+	writeSeq uint64
+}
+
+// reportedParams are the settings PostgreSQL reports to the client when
+// they change (ParameterStatus). A write cannot change them (its SQL is
+// checked, and fencegate's role cannot ALTER ROLE), but if one ever did,
+// the connection must not carry the change to the next caller.
+var reportedParams = [...]string{
+	"application_name", "client_encoding", "DateStyle", "default_transaction_read_only",
+	"IntervalStyle", "is_superuser", "search_path", "session_authorization",
+	"standard_conforming_strings", "TimeZone",
 }
 
 // sentStmt is one statement of a write, encoded and ready to send.
@@ -49,9 +72,65 @@ func stateOf(conn *pgx.Conn) *connState {
 		return st
 	}
 	st := &connState{stmts: make(map[string]*list.Element)}
+	pc := conn.PgConn()
+	for i, k := range reportedParams {
+		st.params[i] = pc.ParameterStatus(k)
+	}
+	st.watchdog = time.AfterFunc(time.Hour, func() { st.cancelArmed(pc) })
+	st.watchdog.Stop()
 	data[connStateKey] = st
 	return st
 }
+
+// paramsChanged reports whether a reported setting differs from when the
+// connection was first used.
+func (st *connState) paramsChanged(pc *pgconn.PgConn) bool {
+	for i, k := range reportedParams {
+		if pc.ParameterStatus(k) != st.params[i] {
+			return true
+		}
+	}
+	return false
+}
+
+// armWatchdog starts the time limit of the next write read from the
+// connection, and returns its sequence number. PostgreSQL starts a write
+// of a batch when it has finished the one before, which is about when
+// fencegate has read that one's answers, so each write gets its own
+// limit, however slow the writes ahead of it were.
+func (st *connState) armWatchdog(limit time.Duration) uint64 {
+	st.writeSeq++
+	st.armed.Store(st.writeSeq)
+	st.watchdog.Reset(limit)
+	return st.writeSeq
+}
+
+func (st *connState) disarmWatchdog() {
+	st.armed.Store(0)
+	st.watchdog.Stop()
+}
+
+// cancelled reports whether the watchdog cancelled write seq.
+func (st *connState) cancelled(seq uint64) bool { return st.fired.Load() == seq }
+
+// cancelArmed runs on the watchdog's goroutine: it asks the server to
+// cancel what the connection runs. The cancel may land just after the
+// armed write finished, on the next write of the batch; that write then
+// fails and rolls back like any cancelled statement.
+func (st *connState) cancelArmed(pc *pgconn.PgConn) {
+	seq := st.armed.Load()
+	if seq == 0 {
+		return
+	}
+	st.fired.Store(seq)
+	// The callers' contexts may all have ended; the cancel must still go.
+	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
+	defer cancel()
+	_ = pc.CancelRequest(ctx)
+}
+
+// cancelTimeout bounds sending a cancel request on its own connection.
+const cancelTimeout = 2 * time.Second
 
 // lookup returns the statement prepared for sql, or nil.
 func (st *connState) lookup(sql string) *pgconn.StatementDescription {
@@ -123,12 +202,18 @@ func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
 		return
 	}
 	for i, c := range sent {
+		seq := st.armWatchdog(b.cfg.WriteTimeout)
 		results, at, err, inStep := readWrite(conn, p, c)
+		st.disarmWatchdog()
 		if err == nil {
 			c.finish(results, nil)
 			continue
 		}
-		c.finish(nil, b.refusal(c, at, err, true))
+		r := b.refusal(c, at, err, true)
+		if st.cancelled(seq) && r.Reason == tokens.ReasonBackendUnavailable && isCancel(err) {
+			r.Msg = "the write ran past its time limit of " + b.cfg.WriteTimeout.String() + " and was rolled back"
+		}
+		c.finish(nil, r)
 		if !inStep {
 			// The connection is gone or out of step. After an error the
 			// server sent (a FATAL: terminated, shut down), it ran none of
@@ -144,6 +229,16 @@ func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
 	// Reads the deallocations' answers; an error here only costs the
 	// connection.
 	_ = p.Close()
+	if st.paramsChanged(conn.PgConn()) {
+		closeConn(conn)
+	}
+}
+
+// isCancel: the server cancelled the statement (a cancel request or
+// statement_timeout).
+func isCancel(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "57014"
 }
 
 // prepare prepares the statements of calls that conn has not prepared yet,
@@ -352,6 +447,13 @@ func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, a
 			at = atCommit
 			return err
 		}
+		// Committed only if the session is idle again: a statement that
+		// opened a transaction block would leave it open ('T'), and what
+		// follows on the connection would join it.
+		if s := conn.PgConn().TxStatus(); s != 'I' {
+			at = atCommit
+			return &txStateError{s}
+		}
 		return nil
 	}()
 	if err == nil && undecodable == nil {
@@ -369,6 +471,15 @@ func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, a
 		return nil, at, serr, false
 	}
 	return nil, at, err, true
+}
+
+// txStateError is a write whose Sync left the session in a transaction
+// block: it did not commit, and may yet commit with whatever runs next on
+// the connection.
+type txStateError struct{ status byte }
+
+func (e *txStateError) Error() string {
+	return fmt.Sprintf("the write left the session in transaction state %q, not idle: not committed", e.status)
 }
 
 // asResult is res as a statement's result; anything else means fencegate

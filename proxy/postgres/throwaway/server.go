@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"os/user"
@@ -14,6 +15,9 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/proxy/internal/serverproc"
 )
 
@@ -265,4 +269,50 @@ func lastLines(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, " | ")
+}
+
+// DSNAs returns a connection string like DSN's for another role. The
+// cluster trusts every local connection, so no password is needed.
+func (s *Server) DSNAs(role string) string {
+	return fmt.Sprintf("postgres://%s@127.0.0.1:%d/postgres?sslmode=disable", url.PathEscape(role), s.Port())
+}
+
+// RuntimeRole sets the server up as a deployment would, for fencegate to
+// serve as a role that is not a superuser: it applies fencegate's schema as
+// the superuser, creates login role (if missing), makes it a member of
+// migrations.RuntimeRole and gives it the use of the tables and sequences
+// the superuser creates in schema public, as an application's role would
+// have. It returns role's DSN.
+func (s *Server) RuntimeRole(ctx context.Context, role string) (string, error) {
+	conn, err := pgx.Connect(ctx, s.DSN())
+	if err != nil {
+		return "", fmt.Errorf("throwaway postgres: %w", err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	if err := migrations.Apply(ctx, conn); err != nil {
+		return "", fmt.Errorf("throwaway postgres: %w", err)
+	}
+	id := pgx.Identifier{role}.Sanitize()
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_roles WHERE rolname = $1)", role).Scan(&exists); err != nil {
+		return "", fmt.Errorf("throwaway postgres: %w", err)
+	}
+	stmts := []string{
+		"ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT SELECT, INSERT, UPDATE, DELETE ON TABLES TO " + id,
+		"ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO " + id,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + id,
+		"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO " + id,
+	}
+	if !exists {
+		stmts = append([]string{"CREATE ROLE " + id + " LOGIN"}, stmts...)
+	}
+	for _, sql := range stmts {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			return "", fmt.Errorf("throwaway postgres: %s: %w", sql, err)
+		}
+	}
+	if err := migrations.GrantRuntime(ctx, conn, role); err != nil {
+		return "", fmt.Errorf("throwaway postgres: %w", err)
+	}
+	return s.DSNAs(role), nil
 }

@@ -39,8 +39,10 @@ type env struct {
 	admin  *pgx.Conn        // the bench's own PostgreSQL session (setup, counters)
 	radmin *goredis.Client  // the bench's own Redis client (counters)
 
-	pgDSN     string
-	redisAddr string
+	pgDSN string
+	// pgGatewayDSN is the role fencegate serves as.
+	pgGatewayDSN string
+	redisAddr    string
 }
 
 // startEnv starts every server. Close stops them.
@@ -83,6 +85,10 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 		return nil, err
 	}
 	if _, err := e.admin.Exec(ctx, `CREATE TABLE IF NOT EXISTS bench_ledger(id bigserial PRIMARY KEY, worker text NOT NULL, token bigint NOT NULL)`); err != nil {
+		return nil, err
+	}
+	// fencegate serves as a role that is not a superuser, as deployed.
+	if e.pgGatewayDSN, err = e.pg.RuntimeRole(ctx, "fencegate_bench"); err != nil {
 		return nil, err
 	}
 	e.radmin = goredis.NewClient(&goredis.Options{Addr: e.redisAddr, Protocol: 2, DisableIdentity: true})
@@ -162,7 +168,7 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env) (*gateway
 	}
 	args := []string{"serve",
 		"--etcd-endpoints=" + strings.Join(e.etcd.Endpoints(), ","),
-		"--postgres-dsn=" + e.pgDSN,
+		"--postgres-dsn=" + e.pgGatewayDSN,
 		"--redis-addr=" + e.redisAddr,
 		"--grpc-addr=" + g.grpcAddr,
 		"--http-addr=" + g.httpAddr,

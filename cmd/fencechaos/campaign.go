@@ -177,8 +177,10 @@ type campaign struct {
 
 	cli *clientv3.Client
 	pg  *pgthrow.Server
-	rd  *rdthrow.Server
-	rdc *goredis.Client
+	// pgRuntimeDSN is the DSN the gateways serve PostgreSQL as.
+	pgRuntimeDSN string
+	rd           *rdthrow.Server
+	rdc          *goredis.Client
 
 	held      map[*child]bool // taken down by a fault: not to be restarted by supervise
 	surprises []string        // processes that exited without a fault
@@ -419,7 +421,13 @@ func (c *campaign) startBackend(ctx context.Context) error {
 			return err
 		}
 		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, ledgerDDL)
+		if _, err := conn.Exec(ctx, ledgerDDL); err != nil {
+			return err
+		}
+		// The gateways serve as a role that is not a superuser, as in a
+		// deployment; the workers' own checks and control writes use the
+		// superuser.
+		c.pgRuntimeDSN, err = pg.RuntimeRole(ctx, "fencegate_chaos")
 		return err
 	default:
 		rd, err := rdthrow.Start(ctx, rdthrow.Options{Logf: logf})
@@ -462,7 +470,7 @@ func (c *campaign) backendAddr() string {
 // addr (its proxy).
 func (c *campaign) backendArgs(addr string) []string {
 	if c.pg != nil {
-		return []string{"--postgres-dsn=" + strings.Replace(c.pg.DSN(), c.backendAddr(), addr, 1)}
+		return []string{"--postgres-dsn=" + strings.Replace(c.pgRuntimeDSN, c.backendAddr(), addr, 1)}
 	}
 	return []string{"--redis-addr=" + addr}
 }

@@ -54,7 +54,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer pg.Close()
 
 	cfg.EtcdEndpoints = strings.Join(etcd.Endpoints(), ",")
-	cfg.PostgresDSN = pg.DSN()
+	// As in a deployment: fencegate serves as a role that is not a
+	// superuser and may only run the fence check on its own schema; the
+	// printed DSN is the superuser's, for creating tables.
+	cfg.PostgresDSN, err = pg.RuntimeRole(ctx, devRole)
+	if err != nil {
+		return err
+	}
 
 	if _, err := redisthrowaway.FindBinary(); err != nil {
 		log.Warn("Redis disabled: redis-server not found (install Debian package redis-server)")
@@ -67,15 +73,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer rd.Close()
 		cfg.RedisAddr = rd.Addr()
 	}
-	return serve(ctx, cfg, log, func() { printTryIt(stdout, cfg) })
+	return serve(ctx, cfg, log, func() { printTryIt(stdout, cfg, pg.DSN()) })
 }
 
-func printTryIt(w io.Writer, cfg serveConfig) {
+// devRole is the role fencegate dev serves PostgreSQL writes as.
+const devRole = "fencegate_dev"
+
+func printTryIt(w io.Writer, cfg serveConfig, adminDSN string) {
 	ep := cfg.EtcdEndpoints
 	fmt.Fprintf(w, `
 fencegate dev is up.
   etcd        %[1]s  (embedded)
-  PostgreSQL  %[2]s  (throwaway)
+  PostgreSQL  %[2]s  (throwaway; fencegate writes as role %[9]s)
   Redis       %[8]s
   gRPC        %[3]s   HTTP %[4]s
 
@@ -89,7 +98,7 @@ Try it (another terminal):
   curl -s localhost%[6]s/metrics | grep ^fencegate_
 
 Ctrl-C stops everything.
-`, ep, cfg.PostgresDSN, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ElectionPrefix, portOf(cfg.HTTPAddr), redisTry(cfg), redisLine(cfg))
+`, ep, adminDSN, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ElectionPrefix, portOf(cfg.HTTPAddr), redisTry(cfg), redisLine(cfg), devRole)
 }
 
 func redisLine(cfg serveConfig) string {

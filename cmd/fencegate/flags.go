@@ -20,6 +20,12 @@ type serveConfig struct {
 	EtcdDialTimeout time.Duration
 	ElectionPrefix  string
 	PostgresDSN     string
+	// PostgresMigrateDSN, when set, is an admin's DSN serve migrates
+	// fencegate's schema with at start; PostgresDSN then needs no CREATE.
+	PostgresMigrateDSN string
+	// Insecure allows what fencegate refuses by default as unsafe: serving
+	// as a PostgreSQL superuser or as the owner of fencegate's schema.
+	Insecure        bool
 	RedisAddr       string
 	GRPCAddr        string
 	HTTPAddr        string
@@ -56,7 +62,8 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", c.EtcdDialTimeout, "how long to wait for etcd at start")
 	fs.StringVar(&c.ElectionPrefix, "election-prefix", c.ElectionPrefix, "elections live under `<prefix>`/<name>/")
 	if backends {
-		fs.StringVar(&c.PostgresDSN, "postgres-dsn", c.PostgresDSN, "PostgreSQL connection string; enables /sql")
+		fs.StringVar(&c.PostgresDSN, "postgres-dsn", c.PostgresDSN, "PostgreSQL connection string; enables /sql. Its role must be a member of fencegate_runtime (fencegate migrate --runtime-role), not a superuser")
+		fs.StringVar(&c.PostgresMigrateDSN, "postgres-migrate-dsn", c.PostgresMigrateDSN, "an admin's PostgreSQL connection string to apply fencegate's schema with at start, granting it to --postgres-dsn's role (default: only check that fencegate migrate was run)")
 		fs.StringVar(&c.RedisAddr, "redis-addr", c.RedisAddr, "Redis host:port; enables /redis")
 	}
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
@@ -70,6 +77,8 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.IntVar(&c.Proxy.MaxParams, "max-params", c.Proxy.MaxParams, "most parameters of one statement")
 	fs.DurationVar(&c.Proxy.VerifyTimeout, "verify-timeout", c.Proxy.VerifyTimeout, "deadline of the etcd read that verifies a new term")
 	fs.DurationVar(&c.Postgres.StatementTimeout, "statement-timeout", c.Postgres.StatementTimeout, "PostgreSQL statement_timeout of fenced writes")
+	fs.DurationVar(&c.Postgres.WriteTimeout, "write-timeout", c.Postgres.WriteTimeout, "time limit of a whole PostgreSQL write, all its statements and its commit")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow what is refused as unsafe: serving as a PostgreSQL superuser or schema owner, whose rights callers' statements would have")
 	fs.IntVar(&c.Redis.PoolSize, "redis-pool-size", c.Redis.PoolSize, "most Redis connections in the pool")
 	fs.BoolVar(&c.Redis.CheckSlots, "redis-check-slots", c.Redis.CheckSlots,
 		"refuse Redis keys outside the fence's cluster hash slot (use the {<fence>} hash tag)")

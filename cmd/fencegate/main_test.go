@@ -14,6 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/election/embedded"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
 )
@@ -88,7 +91,7 @@ func TestDev(t *testing.T) {
 		done <- run(ctx, []string{"dev", "--etcd-listen=http://" + etcdAddr, "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr}, &stdout, &stderr)
 	}()
 
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(90 * time.Second)
 	for {
 		resp, err := http.Get("http://" + httpAddr + "/readyz")
 		if err == nil {
@@ -103,7 +106,7 @@ func TestDev(t *testing.T) {
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("dev not ready after 30s:\n%s", stderr.String())
+			t.Fatalf("dev not ready after 90s:\n%s", stderr.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -183,6 +186,77 @@ func TestMigrate(t *testing.T) {
 		}
 		if got := stdout.String(); got != want {
 			t.Errorf("migrate: got %q, want %q", got, want)
+		}
+	}
+}
+
+// TestServeChecksItsRole: serve refuses to serve PostgreSQL writes as a
+// superuser (callers' statements would have its rights) or before the
+// schema is migrated, each with one line saying what to run, and starts as
+// a role that migrate --runtime-role granted.
+func TestServeChecksItsRole(t *testing.T) {
+	pg, err := throwaway.Start(t.Context(), throwaway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	etcd, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	admin, err := pgx.Connect(t.Context(), pg.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(context.WithoutCancel(t.Context()))
+	if _, err := admin.Exec(t.Context(), "CREATE ROLE app LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	serve := func(dsn string, extra ...string) error {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		args := append([]string{"serve", "--etcd-endpoints=" + strings.Join(etcd.Endpoints(), ","),
+			"--postgres-dsn=" + dsn, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"}, extra...)
+		var stdout, stderr syncBuffer
+		errc := make(chan error, 1)
+		go func() { errc <- run(ctx, args, &stdout, &stderr) }()
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			select {
+			case err := <-errc:
+				return err
+			default:
+			}
+			if strings.Contains(stderr.String(), "fencegate serving") {
+				cancel()
+				return <-errc
+			}
+		}
+		t.Fatalf("serve %v: neither served nor failed\n%s", extra, stderr.String())
+		return nil
+	}
+	steps := []struct {
+		name  string
+		dsn   string
+		extra []string
+		want  string // in the error; "" to serve
+	}{
+		{"not migrated", pg.DSNAs("app"), nil, "fencegate migrate --postgres-dsn=<an admin DSN> --runtime-role=app"},
+		{"migrate at start, as a superuser", pg.DSN(), []string{"--postgres-migrate-dsn=" + pg.DSN()}, "is a superuser"},
+		{"superuser with --insecure", pg.DSN(), []string{"--insecure"}, ""},
+		{"role not granted", pg.DSNAs("app"), nil, "may not run fencegate's fence check"},
+		{"role granted at start", pg.DSNAs("app"), []string{"--postgres-migrate-dsn=" + pg.DSN()}, ""},
+		{"role granted before", pg.DSNAs("app"), nil, ""},
+	}
+	for _, st := range steps {
+		err := serve(st.dsn, st.extra...)
+		switch {
+		case st.want == "" && err != nil:
+			t.Errorf("%s: got %v, want to serve", st.name, err)
+		case st.want != "" && (err == nil || !strings.Contains(err.Error(), st.want)):
+			t.Errorf("%s: got %v, want an error containing %q", st.name, err, st.want)
+		case err != nil && strings.Contains(err.Error(), "\n"):
+			t.Errorf("%s: error %q is more than one line", st.name, err)
 		}
 	}
 }

@@ -6,18 +6,31 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/fencegate/fencegate/proxy/postgres"
 )
 
 const migrateSummary = `Apply fencegate's schema (schema fencegate: the fences table and the check
-function) to PostgreSQL and exit. Safe to run again, and from several
-replicas at once; serve applies it too on start.`
+function, owned by role fencegate_owner) to PostgreSQL and exit, as a role
+that may create schemas and roles. --runtime-role makes the roles fencegate
+serves as members of fencegate_runtime, which may run the fence check and
+nothing else on fencegate's schema. Safe to run again, and from several
+replicas at once.`
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var dsn string
+	var roles []string
 	fs := flag.NewFlagSet("migrate", flag.ContinueOnError)
-	fs.StringVar(&dsn, "postgres-dsn", "", "PostgreSQL connection string (required)")
+	fs.StringVar(&dsn, "postgres-dsn", "", "an admin's PostgreSQL connection string (required)")
+	fs.Func("runtime-role", "comma-separated existing roles that fencegate serves as (their --postgres-dsn users), to grant fencegate_runtime", func(s string) error {
+		for _, r := range strings.Split(s, ",") {
+			if r = strings.TrimSpace(r); r != "" {
+				roles = append(roles, r)
+			}
+		}
+		return nil
+	})
 	if err := parseFlags(fs, args, stdout, stderr, migrateSummary); err != nil {
 		return err
 	}
@@ -33,7 +46,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	if err := pg.Migrate(ctx); err != nil {
+	if err := postgres.MigrateDSN(ctx, dsn, roles...); err != nil {
 		return err
 	}
 	to, err := pg.SchemaVersion(ctx)
@@ -44,6 +57,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		fmt.Fprintf(stdout, "fencegate: schema is up to date (version %d)\n", to)
 	} else {
 		fmt.Fprintf(stdout, "fencegate: schema migrated from version %d to %d\n", from, to)
+	}
+	for _, r := range roles {
+		fmt.Fprintf(stdout, "fencegate: role %q may serve fencegate (member of fencegate_runtime)\n", r)
 	}
 	return nil
 }

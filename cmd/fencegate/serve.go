@@ -88,7 +88,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			return err
 		}
 		defer pg.Close()
-		if err := pg.Migrate(ctx); err != nil {
+		if cfg.PostgresMigrateDSN != "" {
+			if err := postgres.MigrateDSN(ctx, cfg.PostgresMigrateDSN, pg.User()); err != nil {
+				return err
+			}
+		}
+		if err := pg.CheckRole(ctx, cfg.Insecure); err != nil {
 			return err
 		}
 		opts.Postgres = pg

@@ -172,6 +172,9 @@ func (b *Backend) Close() {
 	b.pool.Close()
 }
 
+// User returns the role the backend logs in as.
+func (b *Backend) User() string { return b.connCfg.User }
+
 // Host returns the host:port the backend connects to.
 func (b *Backend) Host() string { return b.host }
 
@@ -187,17 +190,49 @@ func (b *Backend) Ping(ctx context.Context) error {
 
 // Migrate applies fencegate's schema (package migrations) on a dedicated
 // connection without statement timeout, so it can wait for another replica
-// that is migrating at the same time. Cancelling ctx aborts the wait.
+// that is migrating at the same time. Cancelling ctx aborts the wait. The
+// backend's role must be allowed to create the schema and roles: serve
+// with a runtime role, and migrate with MigrateDSN and an admin's DSN.
 func (b *Backend) Migrate(ctx context.Context) error {
-	cc := b.connCfg.Copy()
+	return migrate(ctx, b.connCfg.Copy(), b.host)
+}
+
+// MigrateDSN applies fencegate's schema on the database at dsn, as Migrate
+// does, and makes each of runtimeRoles a member of migrations.RuntimeRole.
+func MigrateDSN(ctx context.Context, dsn string, runtimeRoles ...string) error {
+	cc, err := pgx.ParseConfig(dsn)
+	if err != nil {
+		return fmt.Errorf("postgres: invalid DSN: %w", err)
+	}
+	host := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
+	if err := migrate(ctx, cc, host); err != nil {
+		return err
+	}
+	if len(runtimeRoles) == 0 {
+		return nil
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return fmt.Errorf("postgres: grant on %s: %w", host, err)
+	}
+	defer conn.Close(context.WithoutCancel(ctx))
+	for _, role := range runtimeRoles {
+		if err := migrations.GrantRuntime(ctx, conn, role); err != nil {
+			return fmt.Errorf("postgres: %s: %w", host, err)
+		}
+	}
+	return nil
+}
+
+func migrate(ctx context.Context, cc *pgx.ConnConfig, host string) error {
 	cc.RuntimeParams["statement_timeout"] = "0"
 	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
-		return fmt.Errorf("postgres: migrate %s: %w", b.host, err)
+		return fmt.Errorf("postgres: migrate %s: %w", host, err)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if err := migrations.Apply(ctx, conn); err != nil {
-		return fmt.Errorf("postgres: migrate %s: %w", b.host, err)
+		return fmt.Errorf("postgres: migrate %s: %w", host, err)
 	}
 	return nil
 }
@@ -272,13 +307,16 @@ func (b *Backend) CheckRole(ctx context.Context, allowPrivileged bool) error {
 	}
 	defer b.release(ctx, conn)
 	user := b.connCfg.User
-	v, err := migrations.Version(ctx, conn.Conn())
-	if err != nil {
-		return err
-	}
-	if latest := migrations.Latest(); v < latest {
+	notMigrated := func(v int32) error {
 		return fmt.Errorf("postgres: fencegate's schema on %s is at version %d, this fencegate needs %d: run `fencegate migrate --postgres-dsn=<an admin DSN> --runtime-role=%s` (or serve with --postgres-migrate-dsn)",
-			b.host, v, latest, user)
+			b.host, v, migrations.Latest(), user)
+	}
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT to_regprocedure('fencegate.advance(text, bigint)') IS NOT NULL").Scan(&exists); err != nil {
+		return fmt.Errorf("postgres: check role %q on %s: %w", user, b.host, err)
+	}
+	if !exists {
+		return notMigrated(0)
 	}
 	var super, owner, runtime bool
 	err = conn.QueryRow(ctx, `SELECT r.rolsuper,
@@ -299,6 +337,13 @@ func (b *Backend) CheckRole(ctx context.Context, allowPrivileged bool) error {
 	case !runtime:
 		return fmt.Errorf("postgres: role %q on %s may not run fencegate's fence check: run `fencegate migrate --postgres-dsn=<an admin DSN> --runtime-role=%s`",
 			user, b.host, user)
+	}
+	v, err := migrations.Version(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
+	if v < migrations.Latest() {
+		return notMigrated(v)
 	}
 	return nil
 }

@@ -1,6 +1,9 @@
 package postgres
 
 import (
+	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -134,5 +137,128 @@ func TestWriteTimeLimit(t *testing.T) {
 	}
 	if _, err := b.Exec(t.Context(), unique("fence"), 1, []Statement{sleep}); err != nil {
 		t.Errorf("a write within the limit: %v", err)
+	}
+}
+
+// TestCallerSQLAttacks sends the attacks found against fencegate through a
+// backend serving as a runtime role, with the SQL check on and, to show
+// the database's own defences, off. Either way the other fence's mark and
+// the victim table stay as they were, and the next write on the same
+// connection sees no state left behind.
+func TestCallerSQLAttacks(t *testing.T) {
+	db := admin(t)
+	victim := unique("victim")
+	mustExec(t, db, "CREATE TABLE "+victim+"(n int)")
+	mustExec(t, db, "INSERT INTO "+victim+" VALUES (1)")
+	const other, max = "other_fence", "9223372036854775807"
+	if _, err := backend.Exec(t.Context(), other, 5, []Statement{{SQL: "SELECT 1"}}); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name string
+		sql  string
+		// want is the refusal with the SQL check on; unchecked, the one
+		// the database gives ("" means it runs and must do no harm).
+		want, unchecked tokens.Reason
+	}{
+		{"advance another fence", "SELECT fencegate.advance('" + other + "', " + max + ")", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"upsert the mark", "INSERT INTO fencegate.fences(name, token) VALUES ('" + other + "', " + max + ") ON CONFLICT (name) DO UPDATE SET token = excluded.token", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"comment in the name", "UPDATE fencegate/**/.fences SET token = " + max, tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"unicode escape", `UPDATE U&"fenc\0065gate".fences SET token = ` + max, tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"dynamic SQL", "DO $$ BEGIN EXECUTE format('UPDATE %I.fences SET token = " + max + "', 'fence'||'gate'); END $$", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"search path", "SELECT set_config('search_path', 'evil, pg_catalog, public', false)", tokens.ReasonInvalidRequest, ""},
+		{"read-only sessions", "SELECT set_config('default_transaction_read_only', 'on', false)", tokens.ReasonInvalidRequest, ""},
+		{"statement timeout", "SELECT set_config('statement_timeout', '0', false)", tokens.ReasonInvalidRequest, ""},
+		{"temp table shadow", "CREATE TEMP TABLE " + victim + "(n int)", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"rule", "CREATE RULE drop_all AS ON INSERT TO " + victim + " DO INSTEAD NOTHING", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"dblink", "CREATE EXTENSION dblink", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"read a file", "SELECT pg_read_file('/etc/passwd')", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"run a program", "COPY (SELECT 1) TO PROGRAM 'id'", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"split with COMMIT", "-- x\rCOMMIT\nWORK", tokens.ReasonInvalidRequest, tokens.ReasonBackendUnavailable},
+		{"delete the victim", "DELETE FROM " + victim + " WHERE false", "", ""}, // an ordinary statement, for contrast
+	}
+	for _, checked := range []bool{true, false} {
+		for _, tt := range tests {
+			t.Run(fmt.Sprintf("%s/checked=%v", tt.name, checked), func(t *testing.T) {
+				b := openBackend(t, Config{MaxConns: 1})
+				b.uncheckedSQL = !checked
+				want := tt.want
+				if !checked {
+					want = tt.unchecked
+				}
+				fence := unique("attacker")
+				_, err := b.Exec(t.Context(), fence, 7, []Statement{{SQL: tt.sql}})
+				if want == "" {
+					if err != nil {
+						t.Errorf("got %v, want it to run", err)
+					}
+				} else {
+					refusal(t, err, want)
+				}
+				if got := highWater(t, other); got != 5 {
+					t.Errorf("mark of %s: got %d, want 5", other, got)
+				}
+				// The next caller on the same connection.
+				res, err := b.Exec(t.Context(), fence, 7, []Statement{
+					{SQL: "INSERT INTO " + victim + " VALUES (2)"},
+					{SQL: "SELECT count(*) FROM " + victim},
+					{SQL: "DELETE FROM " + victim + " WHERE n = 2"},
+				})
+				if err != nil {
+					t.Fatalf("next write: got %v, want nil", err)
+				}
+				if got := res[1].Rows[0][0]; got != int64(2) {
+					t.Errorf("next write saw %v rows in %s, want 2 (the real table)", got, victim)
+				}
+			})
+		}
+	}
+}
+
+// TestResultLimits: a statement whose result is over the limits fails in
+// the database, so the write rolls back: nothing of it is committed, and
+// fencegate never holds the result.
+func TestResultLimits(t *testing.T) {
+	t.Parallel()
+	db := admin(t)
+	table := unique("big")
+	mustExec(t, db, "CREATE TABLE "+table+"(n int, pad text)")
+	b := openBackend(t, Config{MaxResultRows: 100, MaxResultBytes: 64 << 10})
+	tests := []struct {
+		name string
+		sql  string
+		want string // in the refusal
+	}{
+		{"rows", "SELECT generate_series(1, 1000000)", "over the limit of 100 rows"},
+		{"returning rows", "INSERT INTO " + table + " SELECT g, 'x' FROM generate_series(1, 1000) g RETURNING n", "over the limit of 100 rows"},
+		{"bytes", "INSERT INTO " + table + " SELECT g, repeat('x', 10000) FROM generate_series(1, 10) g RETURNING *", "bytes is over the limit"},
+	}
+	for _, tt := range tests {
+		_, err := b.Exec(t.Context(), unique("fence"), 1, []Statement{
+			{SQL: "INSERT INTO " + table + " VALUES (0, 'first')"},
+			{SQL: tt.sql},
+		})
+		r := refusal(t, err, tokens.ReasonInvalidRequest)
+		if !strings.Contains(r.Msg, tt.want) || r.Metadata["statement"] != "1" {
+			t.Errorf("%s: got %v (metadata %v), want %q at statement 1", tt.name, err, r.Metadata, tt.want)
+		}
+		if got := count(t, db, table); got != 0 {
+			t.Errorf("%s: rows committed: got %d, want 0", tt.name, got)
+		}
+	}
+	// Within the limits, the statement answers as it would unwrapped.
+	res, err := b.Exec(t.Context(), unique("fence"), 1, []Statement{
+		{SQL: "INSERT INTO " + table + " SELECT g, 'y' FROM generate_series(1, 3) g RETURNING n, pad"},
+		{SQL: "SELECT 1 AS a, 2 AS a -- duplicate names\r"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := res[0], (Result{RowsAffected: 3, Columns: []string{"n", "pad"}, Rows: [][]any{{int32(1), "y"}, {int32(2), "y"}, {int32(3), "y"}}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("RETURNING within the limits: got %+v, want %+v", got, want)
+	}
+	if got := res[1].Columns; !slices.Equal(got, []string{"a", "a"}) {
+		t.Errorf("columns: got %v, want [a a]", got)
 	}
 }

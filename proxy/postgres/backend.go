@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/proxy/coalesce"
+	"github.com/fencegate/fencegate/proxy/postgres/sqlcheck"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -57,6 +58,8 @@ type Backend struct {
 	// co runs writes in batches, one per connection slot (coalesce.go).
 	co *coalesce.Coalescer[*call]
 
+	// sql checks callers' statements with PostgreSQL's parser.
+	sql *sqlcheck.Checker
 	// uncheckedSQL lets callers' SQL through unchecked, so tests can show
 	// what the pipeline's own defences do when the SQL check misses.
 	uncheckedSQL bool
@@ -89,7 +92,11 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
 	// Prepared and cached statements: a repeated write is one round trip.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 
-	b := &Backend{cfg: cfg, connCfg: cc.Copy(), host: host, epoch: time.Now()}
+	checker, err := sqlcheck.New(sqlcheck.Config{MaxSleep: cfg.WriteTimeout, Allow: cfg.AllowSQL})
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	b := &Backend{cfg: cfg, sql: checker, connCfg: cc.Copy(), host: host, epoch: time.Now()}
 	b.co = coalesce.New(int(cfg.MaxConns), maxBatch, b.runBatch)
 	pc.MaxConns = cfg.MaxConns
 	pc.MinConns = 0

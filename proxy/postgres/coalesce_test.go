@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -28,7 +29,8 @@ func occupy(t *testing.T, b *Backend, slots int, d time.Duration) *sync.WaitGrou
 	var wg sync.WaitGroup
 	for range slots {
 		wg.Go(func() {
-			if _, err := b.Exec(t.Context(), unique("busy"), 1, []Statement{{SQL: "SELECT pg_sleep($1)", Params: []any{d.Seconds()}}}); err != nil {
+			sleep := fmt.Sprintf("SELECT pg_sleep(%g)", d.Seconds())
+			if _, err := b.Exec(t.Context(), unique("busy"), 1, []Statement{{SQL: sleep}}); err != nil {
 				t.Errorf("occupying write: %v", err)
 			}
 		})
@@ -74,7 +76,7 @@ func TestBatchWritesAreSeparateTransactions(t *testing.T) {
 		{unique("fence"), 1, []Statement{insert(3.0)}, ""},
 		{stale, 9, []Statement{insert(4.0)}, tokens.ReasonStaleToken},
 		{unique("fence"), 1, []Statement{insert(5.0), insert(map[string]any{"a": 1.0})}, tokens.ReasonInvalidRequest},
-		{unique("fence"), 1, []Statement{insert(6.0), {SQL: "SELEC nonsense"}}, tokens.ReasonStatementFailed},
+		{unique("fence"), 1, []Statement{insert(6.0), {SQL: "SELEC nonsense"}}, tokens.ReasonInvalidRequest},
 		{unique("fence"), 1, []Statement{insert(7.0), insert(7.0)}, tokens.ReasonStatementFailed},
 		{unique("fence"), 1, []Statement{insert(8.0)}, ""},
 	}

@@ -24,6 +24,16 @@ type Config struct {
 	WriteTimeout time.Duration
 	// ConnectTimeout bounds establishing one connection. Default 5s.
 	ConnectTimeout time.Duration
+	// MaxResultRows and MaxResultBytes bound what one statement may return
+	// (bytes as PostgreSQL stores the rows). The database checks them
+	// before the write commits: a statement over either fails, and the
+	// write rolls back. Defaults 10000 rows and 4 MiB.
+	MaxResultRows  int64
+	MaxResultBytes int64
+	// AllowSQL widens the statements callers may send beyond SELECT,
+	// INSERT, UPDATE, DELETE and MERGE, by the names of sqlcheck.AllowNames
+	// ("truncate", "lock", "ddl"). What would break the fence stays refused.
+	AllowSQL []string
 	// ApplicationName is reported to the server (pg_stat_activity).
 	// Default "fencegate".
 	ApplicationName string
@@ -35,6 +45,8 @@ func DefaultConfig() Config {
 		MaxConns:         max(4, 4*int32(runtime.GOMAXPROCS(0))),
 		StatementTimeout: 5 * time.Second,
 		WriteTimeout:     5 * time.Second,
+		MaxResultRows:    10000,
+		MaxResultBytes:   4 << 20,
 		ConnectTimeout:   5 * time.Second,
 		ApplicationName:  "fencegate",
 	}
@@ -51,6 +63,12 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = c.StatementTimeout
+	}
+	if c.MaxResultRows == 0 {
+		c.MaxResultRows = d.MaxResultRows
+	}
+	if c.MaxResultBytes == 0 {
+		c.MaxResultBytes = d.MaxResultBytes
 	}
 	if c.ConnectTimeout == 0 {
 		c.ConnectTimeout = d.ConnectTimeout
@@ -70,6 +88,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("postgres: StatementTimeout must be at least 1ms, got %v", c.StatementTimeout)
 	case c.WriteTimeout < time.Millisecond:
 		return fmt.Errorf("postgres: WriteTimeout must be at least 1ms, got %v", c.WriteTimeout)
+	case c.MaxResultRows < 1:
+		return fmt.Errorf("postgres: MaxResultRows must be at least 1, got %d", c.MaxResultRows)
+	case c.MaxResultBytes < 1:
+		return fmt.Errorf("postgres: MaxResultBytes must be at least 1, got %d", c.MaxResultBytes)
 	case c.ConnectTimeout < time.Millisecond:
 		return fmt.Errorf("postgres: ConnectTimeout must be at least 1ms, got %v", c.ConnectTimeout)
 	case c.ApplicationName == "":

@@ -43,6 +43,10 @@ func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, stmts 
 	return b.submit(c)
 }
 
+// resultLimitSQLState is what fencegate.check_result raises for a result
+// over the limits.
+const resultLimitSQLState = "FG007"
+
 // Positions of a failure in a write, besides a caller's statement index.
 const (
 	atAdvance = -1 // the fence check
@@ -82,6 +86,10 @@ func (b *Backend) refusal(c *call, at int, err error, sent bool) *tokens.Refusal
 			r.HighWater = parseHighWater(pgErr.Detail)
 			r.Metadata = nil
 			r.Msg = "token " + t.String() + " is below the fence's high-water mark " + r.HighWater.String()
+		case pgErr.Code == resultLimitSQLState:
+			// The result guard (sendText): the write rolled back.
+			r.Reason = tokens.ReasonInvalidRequest
+			r.Msg = "statement " + strconv.Itoa(at) + ": " + pgErr.Message
 		case at == atAdvance && isMissingSchema(pgErr.Code):
 			r.Reason = tokens.ReasonBackendUnavailable
 			r.Msg = "fencegate schema missing on " + b.host + " (run fencegate migrate): " + pgErr.Message

@@ -218,6 +218,10 @@ func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
 			// The connection is gone or out of step. After an error the
 			// server sent (a FATAL: terminated, shut down), it ran none of
 			// the rest; otherwise they may have committed.
+			var txs *txStateError
+			if errors.As(err, &txs) {
+				err = errOutOfStep
+			}
 			for _, rest := range sent[i+1:] {
 				rest.finish(nil, b.refusal(rest, atAdvance, err, true))
 			}
@@ -233,6 +237,10 @@ func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
 		closeConn(conn)
 	}
 }
+
+// errOutOfStep is the error of the writes of a batch after one that left
+// its transaction in an unknown state.
+var errOutOfStep = errors.New("an earlier write of the batch left the session in an unknown transaction state")
 
 // isCancel: the server cancelled the statement (a cancel request or
 // statement_timeout).
@@ -269,7 +277,7 @@ func (b *Backend) prepare(ctx context.Context, conn *pgx.Conn, st *connState, ca
 
 	p := conn.PgConn().StartPipeline(ctx)
 	for _, sd := range todo {
-		p.SendPrepare(sd.Name, sd.SQL, nil)
+		p.SendPrepare(sd.Name, b.sendText(sd.SQL), nil)
 		p.SendPipelineSync()
 	}
 	failed := make(map[string]error)
@@ -452,7 +460,7 @@ func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, a
 		// follows on the connection would join it.
 		if s := conn.PgConn().TxStatus(); s != 'I' {
 			at = atCommit
-			return &txStateError{s}
+			return &txStateError{status: s}
 		}
 		return nil
 	}()
@@ -476,10 +484,29 @@ func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, a
 // txStateError is a write whose Sync left the session in a transaction
 // block: it did not commit, and may yet commit with whatever runs next on
 // the connection.
-type txStateError struct{ status byte }
+type txStateError struct {
+	status byte   // the session's state after the write's Sync, or
+	tag    string // the command that ended or opened a transaction
+}
 
 func (e *txStateError) Error() string {
+	if e.tag != "" {
+		return fmt.Sprintf("a statement of the write ran %q, which ends or opens a transaction", e.tag)
+	}
 	return fmt.Sprintf("the write left the session in transaction state %q, not idle: not committed", e.status)
+}
+
+// endsTransaction reports whether a command tag is of a statement that
+// ends, opens or splits a transaction, or may (procedures and DO blocks
+// can commit).
+func endsTransaction(tag pgconn.CommandTag) bool {
+	s := tag.String()
+	switch s {
+	case "BEGIN", "COMMIT", "ROLLBACK", "START TRANSACTION", "SAVEPOINT", "RELEASE",
+		"PREPARE TRANSACTION", "COMMIT PREPARED", "ROLLBACK PREPARED", "DO", "CALL":
+		return true
+	}
+	return false
 }
 
 // asResult is res as a statement's result; anything else means fencegate
@@ -522,6 +549,11 @@ func readResult(conn *pgx.Conn, rr *pgconn.ResultReader, res *Result) error {
 	tag, err := rr.Close()
 	if err != nil {
 		return err
+	}
+	if endsTransaction(tag) {
+		// The SQL check refuses these; if one ever ran, part of the write
+		// may have committed on its own.
+		return &txStateError{tag: tag.String()}
 	}
 	if decodeErr != nil {
 		return decodeErr

@@ -282,7 +282,7 @@ func (s *Server) DSNAs(role string) string {
 // the superuser, creates login role (if missing), makes it a member of
 // migrations.RuntimeRole and gives it the use of the tables and sequences
 // the superuser creates in schema public, as an application's role would
-// have. It returns role's DSN.
+// have, and no temporary tables. It returns role's DSN.
 func (s *Server) RuntimeRole(ctx context.Context, role string) (string, error) {
 	conn, err := pgx.Connect(ctx, s.DSN())
 	if err != nil {
@@ -302,6 +302,9 @@ func (s *Server) RuntimeRole(ctx context.Context, role string) (string, error) {
 		"ALTER DEFAULT PRIVILEGES FOR ROLE postgres IN SCHEMA public GRANT USAGE, SELECT, UPDATE ON SEQUENCES TO " + id,
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + id,
 		"GRANT USAGE, SELECT, UPDATE ON ALL SEQUENCES IN SCHEMA public TO " + id,
+		// Temporary tables can shadow real ones for the rest of a pooled
+		// session: a role that writes through fencegate needs none.
+		"REVOKE TEMPORARY ON DATABASE postgres FROM PUBLIC",
 	}
 	if !exists {
 		stmts = append([]string{"CREATE ROLE " + id + " LOGIN"}, stmts...)

@@ -356,10 +356,17 @@ func TestExactIntegersGRPC(t *testing.T) {
 	big := structpb.NewNumberValue(12345678901234567)
 	nested, _ := structpb.NewValue(map[string]any{"a": []any{1.0, 12345678901234567.0}})
 
-	for name, p := range map[string]*structpb.Value{"number": big, "nested": nested} {
+	for _, tc := range []struct {
+		name, sql string
+		param     *structpb.Value
+	}{
+		{"number", "INSERT INTO " + table + "(worker, token) VALUES ($1::text, $2::bigint)", big},
+		{"nested", "INSERT INTO " + table + "(worker, token) VALUES ($1::text, jsonb_array_length($2::jsonb->'a'))", nested},
+	} {
+		name := tc.name
 		_, err := r.grpc.Exec(ctx, &fencegatev1.ExecRequest{Fence: fence, Statements: []*fencegatev1.Statement{{
-			Sql:    "INSERT INTO " + table + "(worker, token) VALUES ($1::text, $2::bigint)",
-			Params: []*structpb.Value{structpb.NewStringValue(name), p},
+			Sql:    tc.sql,
+			Params: []*structpb.Value{structpb.NewStringValue(name), tc.param},
 		}}})
 		st := status.Convert(err)
 		if st.Code() != codes.InvalidArgument || errorReason(st) != "INVALID_REQUEST" || !strings.Contains(st.Message(), "statement 0 param 1") {

@@ -73,7 +73,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.IntVar(&c.Proxy.MaxParams, "max-params", c.Proxy.MaxParams, "most parameters of one statement")
 	fs.DurationVar(&c.Proxy.VerifyTimeout, "verify-timeout", c.Proxy.VerifyTimeout, "deadline of the etcd read that verifies a new term")
 	fs.Float64Var(&c.Proxy.VerifyRate, "verify-rate", c.Proxy.VerifyRate, "etcd reads a second, per fence, to verify tokens above every known term; beyond the burst, writes get OVERLOADED")
-	fs.IntVar(&c.Proxy.VerifyBurst, "verify-burst", c.Proxy.VerifyBurst, "most such etcd reads at once per fence")
+	fs.IntVar(&c.Proxy.VerifyBurst, "verify-burst", c.Proxy.VerifyBurst, "most etcd reads at once, per fence, verifying tokens above every known term (see --verify-rate)")
 	fs.IntVar(&c.Proxy.VerifyFences, "verify-fences", c.Proxy.VerifyFences, "most fences with a verification budget of their own (memory); the rest share one")
 	fs.DurationVar(&c.HTTPServer.ReadTimeout, "http-read-timeout", c.HTTPServer.ReadTimeout, "most time to read an HTTP request, body included")
 	fs.DurationVar(&c.HTTPServer.WriteTimeout, "http-write-timeout", c.HTTPServer.WriteTimeout,

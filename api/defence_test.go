@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -372,6 +373,12 @@ func TestExactIntegersGRPC(t *testing.T) {
 		if st.Code() != codes.InvalidArgument || errorReason(st) != "INVALID_REQUEST" || !strings.Contains(st.Message(), "statement 0 param 1") {
 			t.Errorf("%s param: got %v %s %q, want InvalidArgument INVALID_REQUEST naming statement 0 param 1", name, st.Code(), errorReason(st), st.Message())
 		}
+	}
+	// Infinity is no integer: a float8 param takes it.
+	if _, err := r.grpc.Exec(ctx, &fencegatev1.ExecRequest{Fence: fence, Statements: []*fencegatev1.Statement{{
+		Sql: "SELECT $1::float8", Params: []*structpb.Value{structpb.NewNumberValue(math.Inf(1))},
+	}}}); err != nil {
+		t.Errorf("infinite float8 param: got %v, want it accepted", err)
 	}
 	cmd := func(vs ...*structpb.Value) *structpb.ListValue { return &structpb.ListValue{Values: vs} }
 	s := structpb.NewStringValue

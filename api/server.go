@@ -202,10 +202,12 @@ func params(vs []*structpb.Value) ([]any, int) {
 // inexactMsg says why an integer beyond ±(2^53-1) is refused.
 const inexactMsg = "an integer beyond ±(2^53-1) may have been rounded on its way in as a double; send it as a string"
 
-// inexactInt reports whether f is beyond ±(2^53-1), where doubles cannot
-// tell an integer from its rounded neighbours.
+// inexactInt reports whether f is a finite number beyond ±(2^53-1), where
+// doubles cannot tell an integer from its rounded neighbours. (Every double
+// that large is integral.) Infinities are not integers; a float8 param
+// takes them.
 func inexactInt(f float64) bool {
-	return f > jsonbody.MaxExactInt || f < -jsonbody.MaxExactInt
+	return !math.IsInf(f, 0) && (f > jsonbody.MaxExactInt || f < -jsonbody.MaxExactInt)
 }
 
 // holdsInexactInt reports whether v is, or for a list or struct holds, a

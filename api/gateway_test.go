@@ -260,9 +260,16 @@ func TestStaleReplicaRefusedByBackend(t *testing.T) {
 	if zombies != 0 {
 		t.Errorf("got %d zombie rows, want 0", zombies)
 	}
-	// Having learnt b's high-water mark, the frozen replica now refuses a
-	// from memory.
+	// The frozen replica never saw b's term, so b's mark is above every term
+	// it knows: suspect (it could be a tampered mark), counted and kept out
+	// of memory. The backend goes on refusing a.
+	if got := metricValue(t, frozen, "fencegate_suspect_high_water_total", map[string]string{"backend": "postgres"}); got != 1 {
+		t.Errorf("frozen replica's suspect marks: got %v, want 1", got)
+	}
 	wantRefusal(t, execHTTP(t, frozen, fence, a.token, insert(table, "zombie", a.token)), 409, "STALE_TOKEN")
+	if err := c.QueryRow(context.Background(), "SELECT count(*) FROM "+table+" WHERE worker = 'zombie'").Scan(&zombies); err != nil || zombies != 0 {
+		t.Errorf("got %d zombie rows (%v), want 0", zombies, err)
+	}
 }
 
 // A new leader the watch has not delivered is accepted after a

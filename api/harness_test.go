@@ -107,12 +107,27 @@ type replica struct {
 	grpc    fencegatev1.GatewayClient
 	url     string
 	stop    context.CancelFunc // stops the watch: the replica's view freezes
+	logs    *syncBuffer
 }
 
-// startReplica starts a replica. With watch false its election watch never
-// runs, so it knows only what its own etcd verification reads tell it.
+// startReplica starts a replica with the default configuration. With watch
+// false its election watch never runs, so it knows only what its own etcd
+// verification reads tell it.
 func startReplica(t testing.TB, watch bool) *replica {
 	t.Helper()
+	return startReplicaWith(t, replicaConfig{watch: watch, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig()})
+}
+
+// replicaConfig is how a test's replica is configured.
+type replicaConfig struct {
+	watch bool
+	proxy proxy.Config
+	http  api.HTTPServerConfig
+}
+
+func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
+	t.Helper()
+	watch := rc.watch
 	cli := newEtcdClient(t)
 	w, err := election.NewWatcher(cli, election.WatcherConfig{Prefix: prefix})
 	if err != nil {
@@ -141,8 +156,9 @@ func startReplica(t testing.TB, watch bool) *replica {
 	}
 	t.Cleanup(func() { rd.Close() })
 	reg := prometheus.NewRegistry()
-	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	gw, err := proxy.New(proxy.DefaultConfig(), proxy.Options{Terms: w, Postgres: pg, Redis: rd, Logger: log, Registerer: reg})
+	logs := &syncBuffer{}
+	log := slog.New(slog.NewTextHandler(logs, nil))
+	gw, err := proxy.New(rc.proxy, proxy.Options{Terms: w, Postgres: pg, Redis: rd, Logger: log, Registerer: reg})
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}
@@ -170,9 +186,30 @@ func startReplica(t testing.TB, watch bool) *replica {
 	if err != nil {
 		t.Fatal(err)
 	}
-	hs := httptest.NewServer(h)
+	// The server cmd/fencegate serves with, limits included.
+	hs := httptest.NewUnstartedServer(h)
+	hs.Config = api.NewHTTPServer(h, rc.http)
+	hs.Start()
 	t.Cleanup(hs.Close)
-	return &replica{watcher: w, reg: reg, grpc: fencegatev1.NewGatewayClient(conn), url: hs.URL, stop: cancel}
+	return &replica{watcher: w, reg: reg, grpc: fencegatev1.NewGatewayClient(conn), url: hs.URL, stop: cancel, logs: logs}
+}
+
+// syncBuffer is a replica's log, safe for concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }
 
 // leader campaigns in election name the way `etcdctl elect` does and

@@ -1,19 +1,17 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
+	"github.com/fencegate/fencegate/api/internal/jsonbody"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -27,32 +25,9 @@ type HTTPConfig struct {
 }
 
 // jsonMarshaler writes every field, zero or not, so clients always find
-// rowsAffected, hasLeader and the like; unknown request fields are refused.
-var jsonMarshaler = jsonCodec{&runtime.JSONPb{MarshalOptions: protojson.MarshalOptions{EmitUnpopulated: true}}}
-
-// jsonCodec is runtime.JSONPb with a cheaper request decoder: the body
-// (already bounded by limitBody) is read once and handed to protojson,
-// where JSONPb first scans it with encoding/json into a json.RawMessage.
-// That scan was a tenth of fencegate's CPU per HTTP write. The one
-// difference: text after the JSON object is refused, not ignored.
-type jsonCodec struct{ *runtime.JSONPb }
-
-func (j jsonCodec) NewDecoder(r io.Reader) runtime.Decoder {
-	return runtime.DecoderFunc(func(v any) error {
-		m, ok := v.(proto.Message)
-		if !ok {
-			return j.JSONPb.NewDecoder(r).Decode(v)
-		}
-		body, err := io.ReadAll(r)
-		if err != nil {
-			return err
-		}
-		if len(bytes.TrimSpace(body)) == 0 {
-			return io.EOF // no body: the request's fields stay empty
-		}
-		return j.UnmarshalOptions.Unmarshal(body, m)
-	})
-}
+// rowsAffected, hasLeader and the like; unknown request fields are refused,
+// and so are integers a JSON number does not carry exactly (jsonbody).
+var jsonMarshaler = jsonbody.Codec{JSONPb: &runtime.JSONPb{MarshalOptions: protojson.MarshalOptions{EmitUnpopulated: true}}}
 
 // HTTPHandler serves the Gateway as HTTP/JSON under /v1/ (grpc-gateway,
 // registered in-process: no loopback gRPC hop) plus /healthz, /readyz and

@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
+	"github.com/fencegate/fencegate/api/internal/jsonbody"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/tokens"
@@ -67,7 +69,12 @@ func (s *Server) Exec(ctx context.Context, req *fencegatev1.ExecRequest) (*fence
 	}
 	stmts := make([]postgres.Statement, len(req.Statements))
 	for i, st := range req.Statements {
-		stmts[i] = postgres.Statement{SQL: st.GetSql(), Params: params(st.GetParams())}
+		ps, j := params(st.GetParams())
+		if j >= 0 {
+			return nil, statusError(tokens.Refuse(tokens.ReasonInvalidRequest, req.GetFence(), 0,
+				"statement %d param %d: %s", i, j, inexactMsg))
+		}
+		stmts[i] = postgres.Statement{SQL: st.GetSql(), Params: ps}
 	}
 	t, res, err := s.gw.Exec(ctx, req.GetFence(), tokenFrom(ctx), stmts)
 	if err != nil {
@@ -93,10 +100,10 @@ func (s *Server) Redis(ctx context.Context, req *fencegatev1.RedisRequest) (*fen
 	for i, c := range req.Commands {
 		args := make([]string, len(c.GetValues()))
 		for j, v := range c.GetValues() {
-			a, ok := redisArg(v)
-			if !ok {
+			a, problem := redisArg(v)
+			if problem != "" {
 				return nil, statusError(tokens.Refuse(tokens.ReasonInvalidRequest, req.GetFence(), 0,
-					"command %d argument %d: want a string or a number", i, j))
+					"command %d argument %d: %s", i, j, problem))
 			}
 			args[j] = a
 		}
@@ -117,19 +124,28 @@ func (s *Server) Redis(ctx context.Context, req *fencegatev1.RedisRequest) (*fen
 	return out, nil
 }
 
-// redisArg accepts strings, and numbers for convenience (whole numbers
-// without a fraction or exponent).
-func redisArg(v *structpb.Value) (string, bool) {
+// redisArg turns an argument into the string sent to Redis, or says what
+// is wrong with it. Strings go as they are. Numbers are a convenience:
+// integers in decimal ("7", never "7e+00"), other numbers in plain decimal
+// notation, shortest that reads back the same (strconv 'f', -1: 0.5,
+// 0.0000001); integers beyond ±(2^53-1) and non-finite numbers are refused.
+func redisArg(v *structpb.Value) (string, string) {
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_StringValue:
-		return k.StringValue, true
+		return k.StringValue, ""
 	case *structpb.Value_NumberValue:
-		if n, ok := wholeNumber(k.NumberValue); ok {
-			return strconv.FormatInt(n, 10), true
+		f := k.NumberValue
+		switch {
+		case math.IsNaN(f) || math.IsInf(f, 0):
+			return "", "want a finite number"
+		case inexactInt(f):
+			return "", inexactMsg
+		case f == math.Trunc(f):
+			return strconv.FormatInt(int64(f), 10), ""
 		}
-		return strconv.FormatFloat(k.NumberValue, 'g', -1, 64), true
+		return strconv.FormatFloat(f, 'f', -1, 64), ""
 	}
-	return "", false
+	return "", "want a string or a number"
 }
 
 // GetFence implements rpc Gateway.GetFence.
@@ -165,22 +181,61 @@ func fenceMessage(f proxy.FenceState) *fencegatev1.Fence {
 }
 
 // params turns JSON values into Go values for pgx: numbers that are whole
-// become int64 so they fit integer columns.
-func params(vs []*structpb.Value) []any {
+// become int64 so they fit integer columns. It returns the index of the
+// first param that is or holds an integer beyond ±(2^53-1), else -1: a
+// double that large may be a rounded integer (over HTTP the body decoder
+// refuses those before they become doubles; this is the gRPC side).
+func params(vs []*structpb.Value) ([]any, int) {
 	if len(vs) == 0 {
-		return nil
+		return nil, -1
 	}
 	out := make([]any, len(vs))
 	for i, v := range vs {
+		if holdsInexactInt(v) {
+			return nil, i
+		}
 		out[i] = goValue(v)
 	}
-	return out
+	return out, -1
+}
+
+// inexactMsg says why an integer beyond ±(2^53-1) is refused.
+const inexactMsg = "an integer beyond ±(2^53-1) may have been rounded on its way in as a double; send it as a string"
+
+// inexactInt reports whether f is a finite number beyond ±(2^53-1), where
+// doubles cannot tell an integer from its rounded neighbours. (Every double
+// that large is integral.) Infinities are not integers; a float8 param
+// takes them.
+func inexactInt(f float64) bool {
+	return !math.IsInf(f, 0) && (f > jsonbody.MaxExactInt || f < -jsonbody.MaxExactInt)
+}
+
+// holdsInexactInt reports whether v is, or for a list or struct holds, a
+// number beyond ±(2^53-1).
+func holdsInexactInt(v *structpb.Value) bool {
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		return inexactInt(k.NumberValue)
+	case *structpb.Value_ListValue:
+		for _, e := range k.ListValue.GetValues() {
+			if holdsInexactInt(e) {
+				return true
+			}
+		}
+	case *structpb.Value_StructValue:
+		for _, e := range k.StructValue.GetFields() {
+			if holdsInexactInt(e) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // wholeNumber reports whether a JSON number is an integer a float64 holds
 // exactly, and returns it.
 func wholeNumber(f float64) (int64, bool) {
-	if f == float64(int64(f)) && f >= -(1<<53) && f <= 1<<53 {
+	if f == math.Trunc(f) && !inexactInt(f) {
 		return int64(f), true
 	}
 	return 0, false

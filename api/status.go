@@ -19,7 +19,8 @@ const Domain = "fencegate"
 // codeOf is the one table mapping refusal reasons to gRPC codes. HTTP status
 // follows from the code through grpc-gateway's standard mapping, which gives
 // exactly API.md's column (INVALID_ARGUMENT and FAILED_PRECONDITION 400,
-// ABORTED 409, PERMISSION_DENIED 403, UNAVAILABLE 503).
+// ABORTED 409, PERMISSION_DENIED 403, RESOURCE_EXHAUSTED 429, UNAVAILABLE
+// 503).
 var codeOf = map[tokens.Reason]codes.Code{
 	tokens.ReasonMissingToken:       codes.InvalidArgument,
 	tokens.ReasonInvalidToken:       codes.InvalidArgument,
@@ -31,6 +32,7 @@ var codeOf = map[tokens.Reason]codes.Code{
 	tokens.ReasonCommandNotAllowed:  codes.PermissionDenied,
 	tokens.ReasonBackendUnavailable: codes.Unavailable,
 	tokens.ReasonEtcdUnavailable:    codes.Unavailable,
+	tokens.ReasonOverloaded:         codes.ResourceExhausted,
 }
 
 // statusError turns an error from the pipeline into a gRPC status error.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"errors"
 	"fmt"
+	"math"
 	"time"
 )
 
@@ -17,6 +18,15 @@ type Config struct {
 	// VerifyTimeout bounds the linearizable etcd read that checks a token
 	// above everything this replica knows.
 	VerifyTimeout time.Duration
+	// VerifyRate and VerifyBurst are each fence's token bucket for those
+	// reads: at most VerifyBurst at once, refilled at VerifyRate a second.
+	// Each such token is a new leader the watch has not delivered yet or a
+	// forgery; past the bucket, writes are refused with OVERLOADED.
+	VerifyRate  float64
+	VerifyBurst int
+	// VerifyFences bounds the fences with a bucket of their own (memory);
+	// fences beyond it share one bucket of the same size.
+	VerifyFences int
 }
 
 // DefaultConfig returns the limits fencegate serves with unless told
@@ -27,6 +37,9 @@ func DefaultConfig() Config {
 		MaxParams:     1024,
 		MaxFenceName:  128,
 		VerifyTimeout: 2 * time.Second,
+		VerifyRate:    10,
+		VerifyBurst:   20,
+		VerifyFences:  10000,
 	}
 }
 
@@ -41,6 +54,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("proxy: max fence name must be in [1, 1024], got %d", c.MaxFenceName)
 	case c.VerifyTimeout <= 0:
 		return errors.New("proxy: verify timeout must be positive")
+	case !(c.VerifyRate > 0) || math.IsInf(c.VerifyRate, 0):
+		return fmt.Errorf("proxy: verify rate must be a positive number of reads a second, got %v", c.VerifyRate)
+	case c.VerifyBurst < 1:
+		return fmt.Errorf("proxy: verify burst must be at least 1, got %d", c.VerifyBurst)
+	case c.VerifyFences < 1:
+		return fmt.Errorf("proxy: verify fences must be at least 1, got %d", c.VerifyFences)
 	}
 	return nil
 }

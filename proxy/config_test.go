@@ -1,6 +1,7 @@
 package proxy_test
 
 import (
+	"math"
 	"strings"
 	"testing"
 
@@ -47,6 +48,12 @@ func TestConfigValidate(t *testing.T) {
 		{"too many params", func(c *proxy.Config) { c.MaxParams = 70000 }, "max params"},
 		{"no fence name", func(c *proxy.Config) { c.MaxFenceName = 0 }, "max fence name"},
 		{"no verify timeout", func(c *proxy.Config) { c.VerifyTimeout = 0 }, "verify timeout"},
+		{"no verify rate", func(c *proxy.Config) { c.VerifyRate = 0 }, "verify rate"},
+		{"negative verify rate", func(c *proxy.Config) { c.VerifyRate = -1 }, "verify rate"},
+		{"NaN verify rate", func(c *proxy.Config) { c.VerifyRate = math.NaN() }, "verify rate"},
+		{"infinite verify rate", func(c *proxy.Config) { c.VerifyRate = math.Inf(1) }, "verify rate"},
+		{"no verify burst", func(c *proxy.Config) { c.VerifyBurst = 0 }, "verify burst"},
+		{"no verify fences", func(c *proxy.Config) { c.VerifyFences = 0 }, "verify fences"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

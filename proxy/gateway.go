@@ -63,7 +63,10 @@ type Gateway struct {
 	log     *slog.Logger
 	metrics *Metrics
 	now     func() time.Time
-	tracker tokens.Tracker
+	// trackers holds each backend's marks apart: what one backend reports
+	// never refuses writes to the other.
+	trackers [len(backends)]tokens.Tracker
+	verifies *verifyLimiter
 	// refusals rate-limits the log lines of identical refusals.
 	refusals refusalLog
 }
@@ -84,7 +87,10 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if opts.Postgres == nil && opts.Redis == nil {
 		return nil, errors.New("proxy: at least one backend is required")
 	}
-	g := &Gateway{cfg: cfg, terms: opts.Terms, pg: opts.Postgres, rd: opts.Redis, log: opts.Logger, now: opts.Now}
+	g := &Gateway{
+		cfg: cfg, terms: opts.Terms, pg: opts.Postgres, rd: opts.Redis, log: opts.Logger, now: opts.Now,
+		verifies: newVerifyLimiter(cfg.VerifyRate, cfg.VerifyBurst, cfg.VerifyFences),
+	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
 	}
@@ -113,14 +119,14 @@ func (g *Gateway) Exec(ctx context.Context, fence, rawToken string, stmts []post
 		return 0, nil, fmt.Errorf("%w: PostgreSQL (start fencegate with --postgres-dsn)", ErrNotConfigured)
 	}
 	start := g.now()
-	t, err := g.admit(ctx, fence, rawToken, len(stmts))
+	t, term, err := g.admit(ctx, backendPostgres, fence, rawToken, len(stmts), start)
 	if err == nil {
 		err = g.validateSQL(fence, t, stmts)
 	}
 	var res []postgres.Result
 	if err == nil {
 		res, err = g.pg.Exec(ctx, fence, t, stmts)
-		g.learn(fence, t, err)
+		g.learn(ctx, backendPostgres, fence, t, term, err)
 	}
 	g.finish(ctx, backendPostgres, fence, t, start, err)
 	return t, res, err
@@ -134,40 +140,47 @@ func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]st
 		return 0, nil, fmt.Errorf("%w: Redis (start fencegate with --redis-addr)", ErrNotConfigured)
 	}
 	start := g.now()
-	t, err := g.admit(ctx, fence, rawToken, len(cmds))
+	t, term, err := g.admit(ctx, backendRedis, fence, rawToken, len(cmds), start)
 	var res []any
 	if err == nil {
 		res, err = g.rd.Exec(ctx, fence, t, cmds)
-		g.learn(fence, t, err)
+		g.learn(ctx, backendRedis, fence, t, term, err)
 	}
 	g.finish(ctx, backendRedis, fence, t, start, err)
 	return t, res, err
 }
 
 // admit parses the token, checks the request's shape and decides on the
-// token from memory, asking etcd when it is above everything known.
-func (g *Gateway) admit(ctx context.Context, fence, rawToken string, n int) (tokens.Token, error) {
+// token from memory of backend's marks, asking etcd when it is above
+// everything known. It returns the term it decided with.
+func (g *Gateway) admit(ctx context.Context, backend int, fence, rawToken string, n int, now time.Time) (tokens.Token, election.Term, error) {
 	t, err := tokens.Parse(rawToken)
 	switch {
 	case errors.Is(err, tokens.ErrMissing):
-		return 0, tokens.Refuse(tokens.ReasonMissingToken, fence, 0, "a write needs a %s header (gRPC metadata %q)", tokens.Header, tokens.MetadataKey)
+		return 0, election.Term{}, tokens.Refuse(tokens.ReasonMissingToken, fence, 0, "a write needs a %s header (gRPC metadata %q)", tokens.Header, tokens.MetadataKey)
 	case err != nil:
-		return 0, tokens.Refuse(tokens.ReasonInvalidToken, fence, 0, "fencing token %.32q is not a decimal integer in [1, 2^64)", rawToken)
+		return 0, election.Term{}, tokens.Refuse(tokens.ReasonInvalidToken, fence, 0, "fencing token %.32q is not a decimal integer in [1, 2^64)", rawToken)
 	}
 	if !ValidFenceName(fence, g.cfg.MaxFenceName) {
-		return t, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t,
+		return t, election.Term{}, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t,
 			"fence name %.64q: want 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", fence, g.cfg.MaxFenceName)
 	}
 	switch {
 	case n == 0:
-		return t, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "a write needs at least one statement or command")
+		return t, election.Term{}, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "a write needs at least one statement or command")
 	case n > g.cfg.MaxStatements:
-		return t, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "%d statements or commands, limit is %d", n, g.cfg.MaxStatements)
+		return t, election.Term{}, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "%d statements or commands, limit is %d", n, g.cfg.MaxStatements)
 	}
-	hw := g.tracker.HighWater(fence)
+	hw := g.trackers[backend].HighWater(fence)
 	term := g.terms.Term(fence)
 	o := tokens.Decide(t, hw, term)
 	if o == tokens.Verify {
+		if !g.verifies.allow(fence, now) {
+			r := tokens.Refuse(tokens.ReasonOverloaded, fence, t,
+				"too many tokens above every known term of election %q to verify with etcd; retry with backoff", fence)
+			r.HighWater, r.Term = hw, tokens.Token(term.Rev)
+			return t, term, r
+		}
 		vctx, cancel := context.WithTimeout(ctx, g.cfg.VerifyTimeout)
 		var held bool
 		term, held, err = g.terms.Verify(vctx, fence, int64(t))
@@ -175,11 +188,11 @@ func (g *Gateway) admit(ctx context.Context, fence, rawToken string, n int) (tok
 		if err != nil {
 			r := tokens.Refuse(tokens.ReasonEtcdUnavailable, fence, t, "cannot verify term %d of election %q", t, fence)
 			r.Err = err
-			return t, r
+			return t, term, r
 		}
 		o = tokens.DecideVerified(t, hw, term, held)
 	}
-	return t, g.refusal(o, fence, t, hw, term)
+	return t, term, g.refusal(o, fence, t, hw, term)
 }
 
 func (g *Gateway) refusal(o tokens.Outcome, fence string, t, hw tokens.Token, term election.Term) error {
@@ -212,15 +225,67 @@ func (g *Gateway) validateSQL(fence string, t tokens.Token, stmts []postgres.Sta
 	return nil
 }
 
-// learn folds a backend's answer into the in-memory high-water marks.
-func (g *Gateway) learn(fence string, t tokens.Token, err error) {
+// learn folds backend's answer to a write of token t, admitted in term,
+// into that backend's in-memory marks. A mark the backend reports above
+// every term known is suspect and left out (tokens.Tracker.RaiseWithin).
+func (g *Gateway) learn(ctx context.Context, backend int, fence string, t tokens.Token, term election.Term, err error) {
+	tr := &g.trackers[backend]
 	if err == nil {
-		g.tracker.Raise(fence, t)
+		tr.Raise(fence, t) // admitted, so t is a known term
 		return
 	}
-	if r, ok := tokens.AsRefusal(err); ok && r.Reason == tokens.ReasonStaleToken {
-		g.tracker.Raise(fence, r.HighWater)
+	r, ok := tokens.AsRefusal(err)
+	if !ok || r.Reason != tokens.ReasonStaleToken {
+		return
 	}
+	ceiling := tokens.Ceiling(term)
+	if r.HighWater > ceiling {
+		// The watch may have delivered a newer term during the write.
+		ceiling = max(ceiling, tokens.Ceiling(g.terms.Term(fence)))
+	}
+	if tr.RaiseWithin(fence, r.HighWater, ceiling) {
+		return
+	}
+	g.metrics.suspectHighWater(backend)
+	if log, suppressed := g.refusals.admit(refusalKey{backend, fence, reasonSuspect, r.HighWater}, g.now()); log {
+		attrs := []slog.Attr{
+			slog.String("backend", backends[backend]),
+			slog.String("fence", fence),
+			slog.Uint64("token", uint64(t)),
+			slog.Uint64("high_water", uint64(r.HighWater)),
+			slog.Uint64("highest_known_term", uint64(ceiling)),
+		}
+		if suppressed > 0 {
+			attrs = append(attrs, slog.Uint64("identical_not_logged", suppressed))
+		}
+		g.log.LogAttrs(ctx, slog.LevelWarn,
+			"backend reports a high-water mark above every known term of the election; not used to refuse writes from memory", attrs...)
+	}
+}
+
+// reasonSuspect keys the log lines of suspect high-water marks apart from
+// refusals.
+const reasonSuspect tokens.Reason = "suspect_high_water"
+
+// OtherFences is the fence label value of refusals for fences this replica
+// knows nothing of (no election seen, no write accepted) and for invalid
+// fence names: they share one series, however many names are tried.
+const OtherFences = "_other"
+
+// fenceLabel is fence's value for the fence metric label.
+func (g *Gateway) fenceLabel(fence string) string {
+	if !ValidFenceName(fence, maxFenceLabel) {
+		return OtherFences
+	}
+	if tokens.Ceiling(g.terms.Term(fence)) > 0 {
+		return fence
+	}
+	for i := range g.trackers {
+		if g.trackers[i].HighWater(fence) > 0 {
+			return fence
+		}
+	}
+	return OtherFences
 }
 
 func (g *Gateway) finish(ctx context.Context, backend int, fence string, t tokens.Token, start time.Time, err error) {
@@ -250,7 +315,11 @@ func (g *Gateway) finish(ctx context.Context, backend int, fence string, t token
 			g.log.LogAttrs(ctx, slog.LevelWarn, "write refused", attrs...)
 		}
 	}
-	g.metrics.observe(backend, fence, reason, now.Sub(start).Seconds())
+	label := ""
+	if reason != "" && g.metrics != nil {
+		label = g.fenceLabel(fence)
+	}
+	g.metrics.observe(backend, label, reason, now.Sub(start).Seconds())
 }
 
 // FenceState is a fence as reported by GetFence and ListFences.

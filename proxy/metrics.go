@@ -25,6 +25,7 @@ var outcomes = []tokens.Reason{
 	tokens.ReasonCommandNotAllowed,
 	tokens.ReasonBackendUnavailable,
 	tokens.ReasonEtcdUnavailable,
+	tokens.ReasonOverloaded,
 }
 
 var backends = [...]string{BackendPostgres, BackendRedis}
@@ -35,7 +36,9 @@ const (
 	backendRedis
 )
 
-// maxFenceLabel bounds the fence names used as label values.
+// maxFenceLabel bounds the fence names used as label values. Only fences
+// this replica knows are label values (Gateway.fenceLabel), so the series
+// are bounded by the elections known, not by the names clients try.
 const maxFenceLabel = 128
 
 func outcomeLabel(r tokens.Reason) string {
@@ -53,6 +56,7 @@ type Metrics struct {
 	requests   *prometheus.CounterVec
 	rejections *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
+	suspect    *prometheus.CounterVec
 
 	accepted         [len(backends)]prometheus.Counter
 	acceptedDuration [len(backends)]prometheus.Observer
@@ -75,6 +79,10 @@ func NewMetrics(reg prometheus.Registerer, enabled ...string) *Metrics {
 			Help:    "Time to answer a fenced write, by backend and outcome.",
 			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10},
 		}, []string{"backend", "outcome"}),
+		suspect: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_suspect_high_water_total",
+			Help: "Stale-token refusals whose backend high-water mark was above every term known for the election (tampered with, forged, or a term the watch had not delivered); such marks are not used to refuse writes from memory.",
+		}, []string{"backend"}),
 	}
 	for b, backend := range backends {
 		m.accepted[b] = m.requests.WithLabelValues(backend, "accepted")
@@ -84,11 +92,20 @@ func NewMetrics(reg prometheus.Registerer, enabled ...string) *Metrics {
 		for _, o := range outcomes {
 			m.requests.WithLabelValues(backend, outcomeLabel(o))
 		}
+		m.suspect.WithLabelValues(backend)
 	}
-	reg.MustRegister(m.requests, m.rejections, m.duration)
+	reg.MustRegister(m.requests, m.rejections, m.duration, m.suspect)
 	return m
 }
 
+func (m *Metrics) suspectHighWater(backend int) {
+	if m != nil {
+		m.suspect.WithLabelValues(backends[backend]).Inc()
+	}
+}
+
+// observe counts a request. fence is the fence label value (see
+// Gateway.fenceLabel), used only for refusals.
 func (m *Metrics) observe(backend int, fence string, reason tokens.Reason, seconds float64) {
 	if m == nil {
 		return
@@ -101,10 +118,6 @@ func (m *Metrics) observe(backend int, fence string, reason tokens.Reason, secon
 	label := reason.Label()
 	m.requests.WithLabelValues(backends[backend], label).Inc()
 	m.duration.WithLabelValues(backends[backend], label).Observe(seconds)
-	// Bad fence names would blow up the label set; count them apart.
-	if !ValidFenceName(fence, maxFenceLabel) {
-		fence = ""
-	}
 	m.rejections.WithLabelValues(fence, label).Inc()
 }
 
@@ -120,7 +133,7 @@ func newStateCollector(g *Gateway) *stateCollector {
 	return &stateCollector{
 		g: g,
 		highWater: prometheus.NewDesc("fencegate_fence_high_water",
-			"Highest token this replica has seen accepted for the fence.", []string{"fence"}, nil),
+			"Highest token this replica has seen accepted for the fence, or a backend report that is not above the election's known terms.", []string{"fence"}, nil),
 		term: prometheus.NewDesc("fencegate_election_term",
 			"Current term of the election (leader key create revision); 0 when no leader.", []string{"election"}, nil),
 		hasLeader: prometheus.NewDesc("fencegate_election_has_leader",
@@ -138,9 +151,17 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 }
 
 func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
-	c.g.tracker.Range(func(fence string, hw tokens.Token) {
+	// The trackers hold only fences of known elections (learn leaves out
+	// marks above every known term), so this stays bounded too.
+	hws := map[string]tokens.Token{}
+	for i := range c.g.trackers {
+		c.g.trackers[i].Range(func(fence string, hw tokens.Token) {
+			hws[fence] = max(hws[fence], hw)
+		})
+	}
+	for fence, hw := range hws {
 		ch <- prometheus.MustNewConstMetric(c.highWater, prometheus.GaugeValue, float64(hw), fence)
-	})
+	}
 	for _, t := range c.g.terms.Terms() {
 		has := 0.0
 		if t.HasLeader() {

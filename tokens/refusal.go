@@ -10,7 +10,7 @@ import (
 // wire contract (API.md); the API layer maps each to a gRPC code in one table.
 type Reason string
 
-// The reasons of API.md's refusal table.
+// The reasons of API.md's refusal tables.
 const (
 	ReasonMissingToken       Reason = "MISSING_TOKEN"
 	ReasonInvalidToken       Reason = "INVALID_TOKEN"
@@ -22,6 +22,9 @@ const (
 	ReasonCommandNotAllowed  Reason = "COMMAND_NOT_ALLOWED"
 	ReasonBackendUnavailable Reason = "BACKEND_UNAVAILABLE"
 	ReasonEtcdUnavailable    Reason = "ETCD_UNAVAILABLE"
+	// ReasonOverloaded: fencegate refused the write to protect a dependency
+	// (too many tokens to verify with etcd); retry with backoff.
+	ReasonOverloaded Reason = "OVERLOADED"
 )
 
 // Label is the reason in lower snake case, as used in metric labels.
@@ -37,6 +40,7 @@ var (
 	ErrCommandNotAllowed  = errors.New("tokens: command not allowed")
 	ErrBackendUnavailable = errors.New("tokens: backend unavailable")
 	ErrEtcdUnavailable    = errors.New("tokens: etcd unavailable")
+	ErrOverloaded         = errors.New("tokens: overloaded")
 )
 
 var sentinels = map[Reason]error{
@@ -50,6 +54,7 @@ var sentinels = map[Reason]error{
 	ReasonCommandNotAllowed:  ErrCommandNotAllowed,
 	ReasonBackendUnavailable: ErrBackendUnavailable,
 	ReasonEtcdUnavailable:    ErrEtcdUnavailable,
+	ReasonOverloaded:         ErrOverloaded,
 }
 
 // RefusalError is a refused write: nothing of it was applied, unless

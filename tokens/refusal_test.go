@@ -28,6 +28,7 @@ var reasons = []struct {
 	{tokens.ReasonCommandNotAllowed, "COMMAND_NOT_ALLOWED", "command_not_allowed", tokens.ErrCommandNotAllowed},
 	{tokens.ReasonBackendUnavailable, "BACKEND_UNAVAILABLE", "backend_unavailable", tokens.ErrBackendUnavailable},
 	{tokens.ReasonEtcdUnavailable, "ETCD_UNAVAILABLE", "etcd_unavailable", tokens.ErrEtcdUnavailable},
+	{tokens.ReasonOverloaded, "OVERLOADED", "overloaded", tokens.ErrOverloaded},
 }
 
 func TestReasonWireValueAndLabel(t *testing.T) {

@@ -137,6 +137,10 @@ func FuzzParse(f *testing.F) {
 	for _, tc := range parseCases {
 		f.Add(tc.in)
 	}
+	// What an adversarial test sent: JSON-number and C-literal spellings.
+	for _, s := range []string{"12345678901234567", "1e400", "-0", "18446744073709551616", "  42", "+42", "0x10", "42 ", "4\x002"} {
+		f.Add(s)
+	}
 	f.Fuzz(func(t *testing.T, s string) {
 		tok, err := tokens.Parse(s)
 

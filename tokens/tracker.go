@@ -3,12 +3,16 @@ package tokens
 import (
 	"sync"
 	"sync/atomic"
+
+	"github.com/fencegate/fencegate/election"
 )
 
-// Tracker is the per-fence in-memory high-water mark: the highest token this
-// process has seen accepted or reported by a backend for each fence. It is an
-// optimisation for refusing stale tokens without a backend round trip;
-// correctness never depends on it. The zero Tracker is ready to use and safe
+// Tracker is the per-fence in-memory high-water mark of one backend: the
+// highest token this process has seen it accept or report for each fence.
+// It is an optimisation for refusing stale tokens without a backend round
+// trip; correctness never depends on it. Keep one Tracker per backend: each
+// backend's mark is its own, and one backend's (possibly tampered) mark must
+// never refuse writes to another. The zero Tracker is ready to use and safe
 // for concurrent use; reads and raises take no lock.
 type Tracker struct {
 	fences sync.Map // string -> *atomic.Uint64
@@ -35,6 +39,28 @@ func (tr *Tracker) Raise(fence string, t Token) {
 			return
 		}
 	}
+}
+
+// RaiseWithin raises fence's mark to hw as Raise does, unless hw is above
+// ceiling, and reports whether it was within. A backend reports its mark
+// when it refuses a token. A mark above every term the term source has shown
+// (see Ceiling) was accepted for no leader known here: it was tampered with
+// or forged in the backend, or comes from a term the watch has not delivered
+// yet. Trusting it would refuse the real leader from memory until restart,
+// so it is left out.
+func (tr *Tracker) RaiseWithin(fence string, hw, ceiling Token) bool {
+	if hw > ceiling {
+		return false
+	}
+	tr.Raise(fence, hw)
+	return true
+}
+
+// Ceiling is the highest term that term shows: no leader known to the term
+// source held a higher one, so no backend can legitimately hold a higher
+// high-water mark for the election's fence.
+func Ceiling(term election.Term) Token {
+	return Token(max(term.Rev, term.Last, 0))
 }
 
 // Range calls f for every fence with its high-water mark, in no order.

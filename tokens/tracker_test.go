@@ -5,6 +5,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -212,5 +213,55 @@ func TestTrackerContendedRaise(t *testing.T) {
 	wg.Wait()
 	if got, want := tr.HighWater("x"), tokens.Token(rounds*writers); got != want {
 		t.Errorf("HighWater after all raises: got %d, want %d", got, want)
+	}
+}
+
+func TestCeiling(t *testing.T) {
+	tests := []struct {
+		term election.Term
+		want tokens.Token
+	}{
+		{election.Term{}, 0},
+		{election.Term{Rev: 7, Last: 7}, 7},
+		{election.Term{Last: 9}, 9},
+		{election.Term{Rev: 7, Last: 9}, 9},
+		// Last >= Rev by contract; Rev counts all the same.
+		{election.Term{Rev: 11, Last: 9}, 11},
+		{election.Term{Rev: -1, Last: -1}, 0},
+	}
+	for _, tc := range tests {
+		if got := tokens.Ceiling(tc.term); got != tc.want {
+			t.Errorf("Ceiling(rev=%d last=%d): got %d, want %d", tc.term.Rev, tc.term.Last, got, tc.want)
+		}
+	}
+}
+
+func TestTrackerRaiseWithin(t *testing.T) {
+	tests := []struct {
+		name    string
+		start   tokens.Token // raised before, with Raise
+		hw      tokens.Token
+		ceiling tokens.Token
+		wantOK  bool
+		want    tokens.Token
+	}{
+		{name: "below ceiling", hw: 5, ceiling: 7, wantOK: true, want: 5},
+		{name: "at ceiling", hw: 7, ceiling: 7, wantOK: true, want: 7},
+		{name: "above ceiling", hw: 8, ceiling: 7, wantOK: false, want: 0},
+		{name: "poisoned", start: 3, hw: tokens.MaxTerm, ceiling: 7, wantOK: false, want: 3},
+		{name: "nothing known", hw: 1, ceiling: 0, wantOK: false, want: 0},
+		{name: "within, lower than held", start: 6, hw: 4, ceiling: 7, wantOK: true, want: 6},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var tr tokens.Tracker
+			tr.Raise("jobs", tc.start)
+			if got := tr.RaiseWithin("jobs", tc.hw, tc.ceiling); got != tc.wantOK {
+				t.Errorf("RaiseWithin(%d, ceiling %d): got %v, want %v", tc.hw, tc.ceiling, got, tc.wantOK)
+			}
+			if got := tr.HighWater("jobs"); got != tc.want {
+				t.Errorf("HighWater after RaiseWithin(%d, ceiling %d): got %d, want %d", tc.hw, tc.ceiling, got, tc.want)
+			}
+		})
 	}
 }

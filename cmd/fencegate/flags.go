@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
@@ -34,6 +35,7 @@ type serveConfig struct {
 	LogLevel        string
 	MaxBodyBytes    int
 	ShutdownTimeout time.Duration
+	HTTPServer      api.HTTPServerConfig
 	Proxy           proxy.Config
 	Postgres        postgres.Config
 	Redis           redis.Config
@@ -50,6 +52,7 @@ func defaultServeConfig() serveConfig {
 		LogLevel:        "info",
 		MaxBodyBytes:    1 << 20,
 		ShutdownTimeout: 10 * time.Second,
+		HTTPServer:      api.DefaultHTTPServerConfig(),
 		Proxy:           proxy.DefaultConfig(),
 		Postgres:        postgres.DefaultConfig(),
 		Redis:           redis.DefaultConfig(),
@@ -76,6 +79,14 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.IntVar(&c.Proxy.MaxStatements, "max-statements", c.Proxy.MaxStatements, "most statements or commands in one write")
 	fs.IntVar(&c.Proxy.MaxParams, "max-params", c.Proxy.MaxParams, "most parameters of one statement")
 	fs.DurationVar(&c.Proxy.VerifyTimeout, "verify-timeout", c.Proxy.VerifyTimeout, "deadline of the etcd read that verifies a new term")
+	fs.Float64Var(&c.Proxy.VerifyRate, "verify-rate", c.Proxy.VerifyRate, "etcd reads a second, per fence, to verify tokens above every known term; beyond the burst, writes get OVERLOADED")
+	fs.IntVar(&c.Proxy.VerifyBurst, "verify-burst", c.Proxy.VerifyBurst, "most etcd reads at once, per fence, verifying tokens above every known term (see --verify-rate)")
+	fs.IntVar(&c.Proxy.VerifyFences, "verify-fences", c.Proxy.VerifyFences, "most fences with a verification budget of their own (memory); the rest share one")
+	fs.DurationVar(&c.HTTPServer.ReadTimeout, "http-read-timeout", c.HTTPServer.ReadTimeout, "most time to read an HTTP request, body included")
+	fs.DurationVar(&c.HTTPServer.WriteTimeout, "http-write-timeout", c.HTTPServer.WriteTimeout,
+		"most time from an HTTP request's headers to the end of its answer; must exceed --statement-timeout plus --verify-timeout")
+	fs.DurationVar(&c.HTTPServer.IdleTimeout, "http-idle-timeout", c.HTTPServer.IdleTimeout, "how long an idle keep-alive HTTP connection is kept")
+	fs.IntVar(&c.HTTPServer.MaxHeaderBytes, "http-max-header-bytes", c.HTTPServer.MaxHeaderBytes, "largest HTTP request headers accepted, in bytes")
 	fs.DurationVar(&c.Postgres.StatementTimeout, "statement-timeout", c.Postgres.StatementTimeout, "PostgreSQL statement_timeout of fenced writes")
 	fs.DurationVar(&c.Postgres.WriteTimeout, "write-timeout", c.Postgres.WriteTimeout, "time limit of a whole PostgreSQL write, all its statements and its commit")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow what is refused as unsafe: serving as a PostgreSQL superuser or schema owner, whose rights callers' statements would have")
@@ -110,6 +121,12 @@ func (c *serveConfig) validate() error {
 	}
 	if err := c.Proxy.Validate(); err != nil {
 		return err
+	}
+	if err := c.HTTPServer.Validate(); err != nil {
+		return err
+	}
+	if longest := c.Postgres.StatementTimeout + c.Proxy.VerifyTimeout; c.HTTPServer.WriteTimeout <= longest {
+		return fmt.Errorf("--http-write-timeout %v must exceed --statement-timeout plus --verify-timeout (%v), or answers of slow writes are cut off", c.HTTPServer.WriteTimeout, longest)
 	}
 	return nil
 }

@@ -163,7 +163,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	hs := api.NewHTTPServer(handler, cfg.HTTPServer)
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.PprofAddr != "" {

@@ -11,7 +11,19 @@
 //     leaving the fence row locked until commit (shared for a token equal to
 //     the mark, exclusively for one that raises it); a lower token raises
 //     SQLSTATE FG001 (StaleSQLState) with DETAIL 'high_water=<n>';
-//   - table fencegate.schema_version: tern's record of the applied version.
+//   - table fencegate.schema_version: tern's record of the applied version;
+//   - function fencegate.check_result: the result guard proxy/postgres wraps
+//     around statements that return rows (raises SQLSTATE FG007);
+//   - roles fencegate_owner (owns all of the above; cannot log in) and
+//     fencegate_runtime (may call advance and read fences and the version,
+//     nothing else). GrantRuntime makes a login role a member of it.
+//
+// From version 3 advance is SECURITY DEFINER with search_path pinned to
+// pg_catalog, pg_temp and schema-qualified operators, so nothing in the
+// caller's session (search path, operators, temp objects) changes what it
+// computes; and it runs once per transaction (SQLSTATE FG006 for a second
+// call), so a statement of the caller's cannot advance another fence in a
+// write fencegate has already checked.
 //
 // Apply is idempotent and safe to run from several replicas at once: it holds
 // a PostgreSQL session advisory lock while it creates the schema and runs
@@ -21,5 +33,8 @@
 // knows) is left alone, so an older replica can still start during a rolling
 // upgrade; migrations must therefore stay backward compatible.
 //
-// Apply does not create the database or roles, and it does not migrate down.
+// Apply does not create the database or login roles, and it does not
+// migrate down. It needs a role that may create schemas and roles (a
+// superuser, or one with CREATEROLE that then becomes a member of
+// fencegate_owner).
 package migrations

@@ -30,21 +30,43 @@
 //   - Every error of Exec is a *tokens.RefusalError. Except for
 //     BACKEND_UNAVAILABLE with metadata "outcome": "unknown" (the connection
 //     failed after the batch was sent), a refusal means nothing was written.
-//   - Statements that would end the transaction early or outlive it in the
-//     pooled session (BEGIN, COMMIT, ROLLBACK, SAVEPOINT, PREPARE, CALL, DO,
-//     SET without LOCAL, ...) are refused before anything is sent. A SQL
-//     string holding several statements is refused by PostgreSQL itself
-//     (prepared statements hold one command).
-//
+//   - Callers' statements are checked with PostgreSQL's own parser
+//     (package sqlcheck) before anything is sent: one SELECT, INSERT,
+//     UPDATE, DELETE or MERGE per string (Config.AllowSQL widens this),
+//     nothing that ends, splits or outlives the transaction, nothing naming
+//     schema fencegate or a temporary object, no call to functions that
+//     change the session or reach outside the database. Refusals are
+//     INVALID_REQUEST naming the statement, what was refused and where.
+//   - The fence check is out of the statements' reach (migration 003):
+//     fencegate.advance is SECURITY DEFINER with a pinned search_path and
+//     schema-qualified operators, owned by fencegate_owner, and runs once
+//     per transaction; the role fencegate serves as (CheckRole) is a member
+//     of fencegate_runtime, which may only call it and read the fences, and
+//     is neither a superuser nor the owner unless the caller allows it.
+//   - A write is acknowledged only when PostgreSQL confirmed it: every
+//     statement's CommandComplete, none of them a transaction command, and
+//     ReadyForQuery idle ('I') after its Sync. Anything else closes the
+//     connection, and the write and those after it in the batch get
+//     BACKEND_UNAVAILABLE with an unknown outcome. A batch after which a
+//     setting PostgreSQL reports (ParameterStatus) differs from when the
+//     connection was opened closes its connection.
+//   - A statement that returns rows runs inside a result guard (a
+//     MATERIALIZED WITH and fencegate.check_result): over Config's
+//     MaxResultRows or MaxResultBytes it fails inside the database, so the
+//     write rolls back and fencegate never holds the result.
+//   - Config.WriteTimeout bounds each write as a whole: past it, fencegate
+//     sends a cancel request and the write rolls back (statement_timeout
+//     still bounds each statement).
+
 // What it does not guarantee:
 //
-//   - It is not a security boundary between fencegate and the caller's SQL.
-//     Statements naming the fencegate schema are refused, but a caller could
-//     still reach it through search_path, dynamic SQL or functions, and could
-//     leave session state behind (set_config) or write outside the
-//     transaction (dblink). Grant the role fencegate uses only what the
-//     callers' statements need, and keep the fencegate schema owned by a
-//     role that is not shared.
+//   - Functions already in the database run with the rights their owner
+//     gave them: a SECURITY DEFINER function of the application's that runs
+//     dynamic SQL, or one that changes settings PostgreSQL does not report
+//     (search_path, statement_timeout), is beyond what the parser can see.
+//     The database's privileges are the boundary: grant the runtime role
+//     only what the callers' statements need, no TEMPORARY on the database
+//     (README, "Database roles").
 //   - Statements a connection has not prepared yet are prepared (one extra
 //     round trip) before the batch runs, so a statement cannot use a table
 //     created by an earlier statement of the same write: create it in an
@@ -62,6 +84,6 @@
 //     the write.
 //
 // Statement timeouts are the server's statement_timeout, set once per
-// connection in the startup packet; request deadlines come from the ctx of
-// each call.
+// connection in the startup packet; the write's time limit is
+// Config.WriteTimeout; request deadlines come from the ctx of each call.
 package postgres

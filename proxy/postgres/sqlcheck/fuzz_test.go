@@ -148,6 +148,12 @@ func audit(v any, key string, maxSleep time.Duration) []string {
 				problems = append(problems, fmt.Sprintf("%s %v", k, e))
 			case k == "relpersistence" && e == "t":
 				problems = append(problems, "a temporary relation")
+			case dmlKeys[k] && k != "SelectStmt":
+				m, _ := e.(map[string]any)
+				rel, _ := m["relation"].(map[string]any)
+				if s := fmt.Sprint(rel["schemaname"]); s == "pg_catalog" || rel["relname"] == "pg_settings" {
+					problems = append(problems, fmt.Sprintf("a write to %v", rel))
+				}
 			case k == "FuncCall":
 				problems = append(problems, auditCall(e, maxSleep)...)
 			case k == "A_Expr" || k == "SubLink" || k == "SortBy":

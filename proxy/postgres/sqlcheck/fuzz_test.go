@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 )
@@ -33,6 +34,9 @@ func FuzzCheck(f *testing.F) {
 				t.Fatalf("Check(%q): got error %#v, want a *Refusal with What, Why and a Pos in the SQL", sql, err)
 			}
 			return
+		}
+		if strings.IndexByte(sql, 0) >= 0 || !utf8.ValidString(sql) {
+			t.Fatalf("Check(%q) accepted, but the parser reads a C string and the server only UTF-8", sql)
 		}
 		tree, err := pg_query.Parse(sql)
 		if err != nil || len(tree.Stmts) != 1 {

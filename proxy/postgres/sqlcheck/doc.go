@@ -13,7 +13,7 @@
 //
 //   - It is exactly one statement, and that statement is a SELECT (with
 //     VALUES, TABLE and set operations), INSERT, UPDATE, DELETE or MERGE,
-//     each with WITH, or a kind Config.Allow names (see AllowNames).
+//     each with WITH, or a kind Config.Allow names.
 //   - Its whole parse tree, walked through protobuf reflection so that no
 //     node kind is skipped, holds no other statement (transaction control,
 //     SET or SET LOCAL, COPY, DO, CALL, PREPARE, ...) and no SELECT INTO.

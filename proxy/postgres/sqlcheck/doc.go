@@ -13,7 +13,7 @@
 //
 //   - It is exactly one statement, and that statement is a SELECT (with
 //     VALUES, TABLE and set operations), INSERT, UPDATE, DELETE or MERGE,
-//     each with WITH, or a kind Config.Allow names (see AllowNames).
+//     each with WITH, or a kind Config.Allow names.
 //   - Its whole parse tree, walked through protobuf reflection so that no
 //     node kind is skipped, holds no other statement (transaction control,
 //     SET or SET LOCAL, COPY, DO, CALL, PREPARE, ...) and no SELECT INTO.
@@ -24,6 +24,9 @@
 //     parser normalised them, case-sensitively, as PostgreSQL resolves
 //     them: "FenceGate" is another schema. No relation in it is temporary.
 //   - Operators in it are unqualified or qualified by pg_catalog.
+//   - It writes to no system catalog (pg_catalog, information_schema,
+//     pg_toast, or an unqualified pg_settings, whose update rule calls
+//     set_config).
 //   - It calls none of the refused functions (session settings and
 //     session-level advisory locks, dblink, server files, large objects,
 //     server control, functions that run SQL from a string), whatever
@@ -52,8 +55,10 @@
 //   - Strings that name objects (nextval('s'), 'x'::regclass) are not
 //     read; only the functions that run SQL or read tables named in a
 //     string are refused.
-//   - Long statements: only sleeps are limited. generate_series, recursive
-//     WITH and joins can run as long as statement_timeout lets them.
+//   - Long statements: only sleeps are limited, and MaxSleep bounds each
+//     call, which may run once per row. generate_series, recursive WITH and
+//     joins can run as long as statement_timeout lets them: that is the
+//     bound on time.
 //   - It assumes standard_conforming_strings is on (PostgreSQL's default
 //     since 9.1), as the parser here does: with it off, the server reads
 //     backslashes in '...' strings differently. Check the server's

@@ -34,6 +34,7 @@ var refusedFuncs = []struct{ name, why string }{
 	{"pg_notify", whyNotify},
 
 	{"dblink*", "opens another connection, whose writes are outside the write's transaction"},
+	{"pg_background_*", "runs SQL in a background worker, outside the write's transaction"},
 	{"*_exec", whyDynamic},
 	{"pg_logical_*", "consumes or writes logical decoding data outside the write's transaction"},
 	{"pg_replication_*", whyOutside},

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 )
@@ -33,6 +34,9 @@ func FuzzCheck(f *testing.F) {
 				t.Fatalf("Check(%q): got error %#v, want a *Refusal with What, Why and a Pos in the SQL", sql, err)
 			}
 			return
+		}
+		if strings.IndexByte(sql, 0) >= 0 || !utf8.ValidString(sql) {
+			t.Fatalf("Check(%q) accepted, but the parser reads a C string and the server only UTF-8", sql)
 		}
 		tree, err := pg_query.Parse(sql)
 		if err != nil || len(tree.Stmts) != 1 {
@@ -148,6 +152,12 @@ func audit(v any, key string, maxSleep time.Duration) []string {
 				problems = append(problems, fmt.Sprintf("%s %v", k, e))
 			case k == "relpersistence" && e == "t":
 				problems = append(problems, "a temporary relation")
+			case dmlKeys[k] && k != "SelectStmt":
+				m, _ := e.(map[string]any)
+				rel, _ := m["relation"].(map[string]any)
+				if s := fmt.Sprint(rel["schemaname"]); s == "pg_catalog" || rel["relname"] == "pg_settings" {
+					problems = append(problems, fmt.Sprintf("a write to %v", rel))
+				}
 			case k == "FuncCall":
 				problems = append(problems, auditCall(e, maxSleep)...)
 			case k == "A_Expr" || k == "SubLink" || k == "SortBy":

@@ -23,25 +23,30 @@ type Config struct {
 	// with a constant argument. Longer or non-constant sleeps, and every
 	// pg_sleep_until, are refused; 0 refuses every sleep.
 	MaxSleep time.Duration
-	// Allow widens the statement kinds for trusted deployments, by the names
-	// in AllowNames. Nothing that would break the fence is ever allowed,
-	// whatever Allow says.
+	// Allow widens the top-level statements allowed, for trusted
+	// deployments, by these names:
+	//
+	//	"truncate"  TRUNCATE
+	//	"lock"      LOCK TABLE
+	//	"ddl"       CREATE, ALTER (and RENAME), DROP and COMMENT ON of tables,
+	//	            indexes, views, materialized views and sequences, and
+	//	            CREATE TABLE AS; never temporary ones, never OWNER TO or
+	//	            row security
+	//
+	// What is allowed is still walked whole: the fencegate schema, temporary
+	// objects and refused functions stay refused inside it. Nothing that
+	// would break the fence is ever allowed, whatever Allow says: transaction
+	// control, SET and RESET, COPY, PREPARE and EXECUTE, DO and CALL,
+	// functions, rules, triggers and extensions, roles and privileges, LOAD,
+	// VACUUM.
 	Allow []string
 	// CacheBytes bounds the verdict cache, keyed by the SQL text: 0 means
 	// DefaultCacheBytes, a negative value turns the cache off.
 	CacheBytes int
 }
 
-// AllowNames are the names Config.Allow accepts, each with what it permits
-// as the top-level statement. Whatever is allowed is still walked whole:
-// the fencegate schema, temporary objects and refused functions stay
-// refused inside it.
-var AllowNames = map[string]string{
-	"truncate": "TRUNCATE",
-	"lock":     "LOCK TABLE",
-	"ddl": "CREATE, ALTER (incl. RENAME), DROP and COMMENT ON of tables, indexes, views, " +
-		"materialized views and sequences; CREATE TABLE AS; never temporary ones",
-}
+// allowNames are the names Config.Allow accepts.
+var allowNames = map[string]bool{"truncate": true, "lock": true, "ddl": true}
 
 // Checker decides whether a caller's SQL string may run inside a fenced
 // write. It is safe for concurrent use.
@@ -58,7 +63,7 @@ func New(cfg Config) (*Checker, error) {
 	}
 	c := &Checker{maxSleep: cfg.MaxSleep, allow: map[string]bool{}}
 	for _, a := range cfg.Allow {
-		if _, ok := AllowNames[a]; !ok {
+		if !allowNames[a] {
 			return nil, fmt.Errorf("sqlcheck: unknown Allow name %q (known: %s)", a, knownAllowNames())
 		}
 		c.allow[a] = true
@@ -73,8 +78,8 @@ func New(cfg Config) (*Checker, error) {
 }
 
 func knownAllowNames() string {
-	names := make([]string, 0, len(AllowNames))
-	for n := range AllowNames {
+	names := make([]string, 0, len(allowNames))
+	for n := range allowNames {
 		names = append(names, strconv.Quote(n))
 	}
 	slices.Sort(names)
@@ -84,7 +89,7 @@ func knownAllowNames() string {
 // Statement is what Check learnt about an accepted statement.
 type Statement struct {
 	// Kind is the statement's SQL name: SELECT, INSERT, UPDATE, DELETE,
-	// MERGE, or a kind Config.Allow widened to (TRUNCATE, CREATE TABLE...).
+	// MERGE, or a kind Config.Allow widened to (TRUNCATE, CREATE TABLE, ...).
 	Kind string
 	// ReturnsRows is set for SELECT and VALUES, and for DML with RETURNING.
 	ReturnsRows bool

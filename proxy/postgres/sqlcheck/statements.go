@@ -25,7 +25,7 @@ const (
 )
 
 // stmtRule says whether a statement kind may be widened to by Config.Allow
-// (allow names the AllowNames entry; "" for never) and why it is refused.
+// (allow is the Config.Allow name; "" for never) and why it is refused.
 type stmtRule struct {
 	allow string
 	why   string

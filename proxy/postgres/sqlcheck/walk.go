@@ -12,6 +12,7 @@ import (
 const (
 	whyFencegate = "the fencegate schema holds the fences; caller SQL must not name it"
 	whyOperator  = "an operator qualified with a schema other than pg_catalog runs code the caller chose"
+	whyCatalog   = "writes to the system catalogs (pg_settings's update rule calls set_config)"
 )
 
 // checkTree checks a parsed statement: its top-level kind, then every node
@@ -150,6 +151,14 @@ func (w *walker) visit(m protoreflect.Message, pos int) {
 		w.operator(x.OperName, pos)
 	case *pg_query.SortBy:
 		w.operator(x.UseOp, pos)
+	case *pg_query.InsertStmt:
+		w.target(x.Relation, pos)
+	case *pg_query.UpdateStmt:
+		w.target(x.Relation, pos)
+	case *pg_query.DeleteStmt:
+		w.target(x.Relation, pos)
+	case *pg_query.MergeStmt:
+		w.target(x.Relation, pos)
 	case *pg_query.SelectStmt:
 		if x.IntoClause != nil {
 			if p := x.IntoClause.GetRel().GetLocation(); p >= 0 {
@@ -172,6 +181,21 @@ func (w *walker) visit(m protoreflect.Message, pos int) {
 // top-level one, that may not be nested.
 func nestedStatement(m protoreflect.Message, root any) bool {
 	return isStatement(m) && m.Interface() != root && !isDML(m)
+}
+
+// target refuses writes to the system catalogs: pg_catalog is searched
+// first, so an unqualified pg_settings is the catalog's, and updating it
+// sets session-level settings through a rule.
+func (w *walker) target(rel *pg_query.RangeVar, pos int) {
+	switch {
+	case rel == nil:
+	case rel.Schemaname == "pg_catalog" || rel.Schemaname == "information_schema" || rel.Schemaname == "pg_toast",
+		rel.Schemaname == "" && rel.Relname == "pg_settings":
+		if rel.Location >= 0 {
+			pos = int(rel.Location)
+		}
+		w.refuse("write to "+dotted(rel.Catalogname, rel.Schemaname, rel.Relname), pos, whyCatalog)
+	}
 }
 
 // qualifiedName checks a list of names read as a qualified name: none of

@@ -247,6 +247,11 @@ func TestServeChecksItsRole(t *testing.T) {
 		{"role not granted", pg.DSNAs("app"), nil, "may not run fencegate's fence check"},
 		{"role granted at start", pg.DSNAs("app"), []string{"--postgres-migrate-dsn=" + pg.DSN()}, ""},
 		{"role granted before", pg.DSNAs("app"), nil, ""},
+		// "$user" on the search path would find schema fencegate.
+		{"role named fencegate", pg.DSNAs("fencegate"), []string{"--postgres-migrate-dsn=" + pg.DSN()}, "search_path"},
+	}
+	if _, err := admin.Exec(t.Context(), "CREATE ROLE fencegate LOGIN"); err != nil {
+		t.Fatal(err)
 	}
 	for _, st := range steps {
 		err := serve(st.dsn, st.extra...)

@@ -89,6 +89,11 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
 	// In the startup packet: no round trip per write or per connection.
 	cc.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
 	cc.RuntimeParams["application_name"] = cfg.ApplicationName
+	// The SQL check reads backslashes in string literals as PostgreSQL does
+	// with this on (the default since 9.1); with it off, a string could
+	// hide SQL from the check. A batch that changes it closes its
+	// connection (reportedParams).
+	cc.RuntimeParams["standard_conforming_strings"] = "on"
 	// Prepared and cached statements: a repeated write is one round trip.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 
@@ -325,11 +330,12 @@ func (b *Backend) CheckRole(ctx context.Context, allowPrivileged bool) error {
 	if !exists {
 		return notMigrated(0)
 	}
-	var super, owner, runtime bool
+	var super, owner, runtime, onPath bool
 	err = conn.QueryRow(ctx, `SELECT r.rolsuper,
 	       pg_has_role(current_user, $1, 'USAGE'),
-	       has_function_privilege('fencegate.advance(text, bigint)', 'EXECUTE')
-	  FROM pg_roles r WHERE r.rolname = current_user`, migrations.OwnerRole).Scan(&super, &owner, &runtime)
+	       has_function_privilege('fencegate.advance(text, bigint)', 'EXECUTE'),
+	       'fencegate' = ANY (current_schemas(false))
+	  FROM pg_roles r WHERE r.rolname = current_user`, migrations.OwnerRole).Scan(&super, &owner, &runtime, &onPath)
 	if err != nil {
 		return fmt.Errorf("postgres: check role %q on %s: %w", user, b.host, err)
 	}
@@ -341,6 +347,10 @@ func (b *Backend) CheckRole(ctx context.Context, allowPrivileged bool) error {
 		}
 		return fmt.Errorf("%w: %q on %s is %s; serve as a role made a member of %s with `fencegate migrate --runtime-role` (or pass --insecure)",
 			ErrPrivileged, user, b.host, what, migrations.RuntimeRole)
+	case onPath:
+		// Unqualified names would find fencegate's objects, which the SQL
+		// check only refuses when they are qualified.
+		return fmt.Errorf("postgres: schema fencegate is on role %q's search_path on %s (a role named fencegate, or ALTER ROLE ... SET search_path): serve as another role, or take it off the path", user, b.host)
 	case !runtime:
 		return fmt.Errorf("postgres: role %q on %s may not run fencegate's fence check: run `fencegate migrate --postgres-dsn=<an admin DSN> --runtime-role=%s`",
 			user, b.host, user)

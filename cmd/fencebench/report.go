@@ -32,6 +32,8 @@ type result struct {
 	Trials     int      `json:"trials,omitempty"`
 	Errors     int64    `json:"errors,omitempty"`
 	Note       string   `json:"note,omitempty"`
+	// The sqlcheck part's figures for one statement.
+	SQLCheck *sqlcheckFigures `json:"sqlcheck,omitempty"`
 }
 
 func (r result) jsonLine() string {
@@ -136,6 +138,7 @@ func (r *report) printTable(w io.Writer) {
 		fmt.Fprintf(tw, "%s\t%d\t%.2f\t%.2f\t%.2f\t  %s\n", x.Scenario, x.Trials, x.P50us/1000, x.P99us/1000, x.MaxUs/1000, x.Note)
 	}
 	tw.Flush()
+	r.printSQLCheck(w)
 	if r.hasStale() {
 		fmt.Fprintf(w, "\nbackends during the stale loads: %s\n", r.staleBackend)
 	}
@@ -303,7 +306,7 @@ func (r *report) goals() []goal {
 	}
 	timing(fmt.Sprintf("term-propagation-%d-elections", r.cfg.elections), 50*time.Millisecond,
 		fmt.Sprintf("term propagation with %d elections watched", r.cfg.elections))
-	return gs
+	return append(gs, r.sqlcheckGoals()...)
 }
 
 // Markers delimiting the generated part of the Markdown report.
@@ -360,6 +363,7 @@ func (r *report) markdown(w io.Writer) {
 			fmt.Fprintf(w, "\n%s: fencegate RSS %.1f MiB, peak since start %.1f MiB.\n", x.Scenario, *x.RSSMiB, *x.PeakRSSMiB)
 		}
 	}
+	r.markdownSQLCheck(w)
 	if r.hasStale() {
 		fmt.Fprintf(w, "\nBackends during the stale loads: %s.\n", r.staleBackend)
 	}

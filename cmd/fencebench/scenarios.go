@@ -67,6 +67,7 @@ func run(ctx context.Context, cfg config) error {
 		f    func(context.Context) error
 	}{
 		{"load", b.runLoads},
+		{"sqlcheck", b.runSQLCheck}, // after load, to take its 1-client write p50
 		{"stale", b.runStale},
 		{"propagation", func(ctx context.Context) error { return b.runPropagation(ctx, "term-propagation", cfg.propTrials) }},
 		{"failover", b.runFailover},

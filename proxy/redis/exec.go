@@ -120,14 +120,16 @@ func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, er
 	}
 	marker, _ := reply[0].(int64)
 	switch {
-	case marker == replyOK && len(reply) == n+2:
-		exact, ok := reply[1].([]any)
-		if !ok {
-			break
-		}
-		out := reply[2:]
+	case marker == replyOK && (len(reply) == n+1 || len(reply) == n+2):
+		out := reply[1 : n+1]
 		for i, v := range out {
 			out[i] = jsonValue(v)
+		}
+		var exact []any
+		if len(reply) == n+2 {
+			if exact, ok = reply[n+1].([]any); !ok {
+				break
+			}
 		}
 		// Integers the script could not pass exactly through Lua come as
 		// the decimal strings Redis holds.

@@ -5,7 +5,7 @@ import goredis "github.com/redis/go-redis/v9"
 // Markers leading the script's reply.
 const (
 	replyStale   = 0 // {0, high-water}: nothing written
-	replyOK      = 1 // {1, exact, reply, reply, ...}: applied
+	replyOK      = 1 // {1, reply, ..., reply[, exact]}: applied
 	replyFailed  = 2 // {2, command index, error text}: rolled back
 	replyCorrupt = 3 // {3, stored value}: the token key holds no token
 	replyLimit   = 4 // {4, command index, limit, bytes}: rolled back
@@ -40,8 +40,8 @@ const (
 // after its command ran, so the script never returns more than
 // MaxReplyBytes. Integer replies reach Lua as doubles: one beyond ±2^53
 // may have been rounded, so the INCR family's is read back as the decimal
-// string the key now holds (its index listed in out[2], for the caller to
-// parse), and any other refuses the write.
+// string the key now holds (its index listed in a last element after the
+// replies, for the caller to parse), and any other refuses the write.
 //
 // The shebang (Redis 7) makes the server refuse the script up front when it
 // is over maxmemory, instead of failing a command half-way.
@@ -79,7 +79,69 @@ for i = 2, nw + 1 do
   end
 end
 
-local function rollback()
+local exactLimit = 9007199254740992 -- 2^53
+local out, exact, fail = {1}, nil, nil
+local pos, n, total = 5, 0, 0
+while pos <= #ARGV do
+  local argc = tonumber(ARGV[pos])
+  local name = ARGV[pos + 1]
+  if name == 'APPEND' then
+    local len = redis.pcall('STRLEN', ARGV[pos + 2])
+    if type(len) == 'number' and len + #ARGV[pos + 3] > maxValue then
+      fail = {4, n, 'value', len + #ARGV[pos + 3]}
+      break
+    end
+  end
+  local reply = redis.pcall(unpack(ARGV, pos + 1, pos + argc))
+  if type(reply) == 'table' and reply.err then
+    fail = {2, n, reply.err}
+    break
+  end
+  if type(reply) == 'number' and (reply >= exactLimit or reply <= -exactLimit) then
+    if name == 'INCR' or name == 'INCRBY' or name == 'DECR' or name == 'DECRBY' then
+      reply = redis.call('GET', ARGV[pos + 2])
+    elseif name == 'HINCRBY' then
+      reply = redis.call('HGET', ARGV[pos + 2], ARGV[pos + 3])
+    else
+      fail = {4, n, 'integer', 0}
+      break
+    end
+    exact = exact or {}
+    exact[#exact + 1] = n
+  end
+  -- Weigh the reply as MaxReplyBytes counts it: the bytes of its strings
+  -- plus 16 per array element. The common replies inline: a function
+  -- made on every run costs the script more than all the rest here.
+  local t = type(reply)
+  if t == 'string' then
+    total = total + #reply
+  elseif t == 'table' and reply.ok then
+    total = total + #reply.ok
+  elseif t == 'table' then
+    local function size(v)
+      if type(v) ~= 'table' then
+        return type(v) == 'string' and #v or 8
+      end
+      local s = 0
+      for i = 1, #v do
+        s = s + 16 + size(v[i])
+      end
+      return s
+    end
+    total = total + size(reply)
+  else
+    total = total + 8
+  end
+  if total > maxReply then
+    fail = {4, n, 'reply', total}
+    break
+  end
+  out[n + 2] = reply
+  pos = pos + argc + 1
+  n = n + 1
+end
+
+if fail then
   for i = 2, nw + 1 do
     if dumps[i] then
       local ttl = ttls[i]
@@ -89,68 +151,13 @@ local function rollback()
       redis.call('DEL', KEYS[i])
     end
   end
-end
-
--- size weighs a reply as MaxReplyBytes counts it: the bytes of its
--- strings plus 16 per array element.
-local function size(v)
-  local t = type(v)
-  if t == 'string' then
-    return #v
-  elseif t == 'table' then
-    if v.ok then
-      return #v.ok
-    end
-    local s = 0
-    for i = 1, #v do
-      s = s + 16 + size(v[i])
-    end
-    return s
-  end
-  return 8
-end
-
-local exactLimit = 9007199254740992 -- 2^53
-local exact = {}
-local out = {1, exact}
-local pos, n, total = 5, 0, 0
-while pos <= #ARGV do
-  local argc = tonumber(ARGV[pos])
-  local name = ARGV[pos + 1]
-  if name == 'APPEND' then
-    local len = redis.pcall('STRLEN', ARGV[pos + 2])
-    if type(len) == 'number' and len + #ARGV[pos + 3] > maxValue then
-      rollback()
-      return {4, n, 'value', len + #ARGV[pos + 3]}
-    end
-  end
-  local reply = redis.pcall(unpack(ARGV, pos + 1, pos + argc))
-  if type(reply) == 'table' and reply.err then
-    rollback()
-    return {2, n, reply.err}
-  end
-  if type(reply) == 'number' and (reply >= exactLimit or reply <= -exactLimit) then
-    if name == 'INCR' or name == 'INCRBY' or name == 'DECR' or name == 'DECRBY' then
-      reply = redis.call('GET', ARGV[pos + 2])
-    elseif name == 'HINCRBY' then
-      reply = redis.call('HGET', ARGV[pos + 2], ARGV[pos + 3])
-    else
-      rollback()
-      return {4, n, 'integer', 0}
-    end
-    exact[#exact + 1] = n
-  end
-  total = total + size(reply)
-  if total > maxReply then
-    rollback()
-    return {4, n, 'reply', total}
-  end
-  out[n + 3] = reply
-  pos = pos + argc + 1
-  n = n + 1
+  return fail
 end
 
 redis.call('SET', KEYS[1], token)
+if exact then
+  out[n + 2] = exact
+end
 return out
 `
 

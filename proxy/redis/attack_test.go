@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -53,7 +54,7 @@ func newVictimNamed(t *testing.T, b *Backend, fence string) *victim {
 
 func (v *victim) snapshot(t *testing.T) {
 	t.Helper()
-	v.state = dump(t, v.db, v.fence)
+	v.state = contents(t, v.db, v.fence)
 	v.mark = v.db.Get(t.Context(), TokenKey(v.fence)).Val()
 	v.memory = usedMemory(t, v.db)
 }
@@ -82,8 +83,17 @@ func (v *victim) attack(t *testing.T, b *Backend, want tokens.Reason, command, l
 
 func (v *victim) unchanged(t *testing.T) {
 	t.Helper()
-	if got := dump(t, v.db, v.fence); !reflect.DeepEqual(got, v.state) {
-		t.Errorf("fence's keys: got %d keys %v, want unchanged %d keys", len(got), keysOf(got), len(v.state))
+	if got := contents(t, v.db, v.fence); !reflect.DeepEqual(got, v.state) {
+		for k, was := range v.state {
+			if got[k] != was {
+				t.Errorf("key %s: got %.80q (%d bytes), want unchanged %.80q (%d bytes)", k, got[k], len(got[k]), was, len(was))
+			}
+		}
+		for k := range got {
+			if _, ok := v.state[k]; !ok {
+				t.Errorf("key %s: got %.80q, want none", k, got[k])
+			}
+		}
 	}
 	if got := v.db.Get(t.Context(), TokenKey(v.fence)).Val(); got != v.mark {
 		t.Errorf("token key: got %q, want unchanged %q", got, v.mark)
@@ -112,12 +122,42 @@ func short(cmds [][]string) string {
 	return b.String()
 }
 
-func keysOf(m map[string]string) []string {
-	var ks []string
-	for k, v := range m {
-		ks = append(ks, fmt.Sprintf("%s(%d)", k, len(v)))
+// contents returns every key of fence's tag with its type, expiry and
+// value in a canonical form: unlike DUMP, it does not change with the
+// order in which a hash table happens to hold its members.
+func contents(t *testing.T, db *goredis.Client, fence string) map[string]string {
+	t.Helper()
+	ctx := t.Context()
+	keys, err := db.Keys(ctx, "*{"+fence+"}*").Result()
+	if err != nil {
+		t.Fatal(err)
 	}
-	return ks
+	state := map[string]string{}
+	for _, k := range keys {
+		if k == TokenKey(fence) {
+			continue // checked on its own
+		}
+		typ := db.Type(ctx, k).Val()
+		var val any
+		switch typ {
+		case "string":
+			val = db.Get(ctx, k).Val()
+		case "list":
+			val = db.LRange(ctx, k, 0, -1).Val()
+		case "hash":
+			val = db.HGetAll(ctx, k).Val() // printed sorted
+		case "set":
+			m := db.SMembers(ctx, k).Val()
+			slices.Sort(m)
+			val = m
+		case "zset":
+			val = db.ZRangeWithScores(ctx, k, 0, -1).Val()
+		case "stream":
+			val = db.XRange(ctx, k, "-", "+").Val()
+		}
+		state[k] = fmt.Sprintf("%s ttl=%v %v", typ, db.PTTL(ctx, k).Val() > 0, val)
+	}
+	return state
 }
 
 // usedMemory returns redis-server's used_memory.

@@ -247,15 +247,15 @@ func TestAttackSetRangeHugeOffset(t *testing.T) {
 	cfg.Allow = []string{"SETBIT"}
 	b := openBackend(t, cfg)
 	v := newVictim(t, b, "setrange")
-	f, max := v.fence, cfg.MaxValueBytes
+	f, limit := v.fence, cfg.MaxValueBytes
 	for _, cmd := range [][]string{
 		{"SETRANGE", key(f, "big"), "104857599", "x"},
 		{"SETRANGE", key(f, "a"), "104857599", "x"}, // an existing key
-		{"SETRANGE", key(f, "big"), strconv.Itoa(max), "x"},
-		{"SETRANGE", key(f, "big"), strconv.Itoa(max - 1), "xy"},
+		{"SETRANGE", key(f, "big"), strconv.Itoa(limit), "x"},
+		{"SETRANGE", key(f, "big"), strconv.Itoa(limit - 1), "xy"},
 		{"SETRANGE", key(f, "big"), "9223372036854775807", "x"},
 		{"SETBIT", key(f, "big"), "838860792", "1"},
-		{"SETBIT", key(f, "big"), strconv.Itoa(8 * max), "1"},
+		{"SETBIT", key(f, "big"), strconv.Itoa(8 * limit), "1"},
 	} {
 		v.attack(t, b, tokens.ReasonInvalidRequest, "1", "MaxValueBytes", []string{"SET", key(f, "a"), "changed"}, cmd)
 	}
@@ -267,10 +267,10 @@ func TestAttackSetRangeHugeOffset(t *testing.T) {
 		v.attack(t, b, tokens.ReasonInvalidRequest, "0", "", cmd)
 	}
 	// Up to the limit is fine.
-	execOKOn(t, b, f, 6, []string{"SETRANGE", key(f, "edge"), strconv.Itoa(max - 1), "x"})
-	execOKOn(t, b, f, 6, []string{"SETBIT", key(f, "bits"), strconv.Itoa(8*max - 1), "1"})
-	if n := v.db.StrLen(t.Context(), key(f, "edge")).Val(); n != int64(max) {
-		t.Errorf("SETRANGE to the limit: got %d bytes, want %d", n, max)
+	execOKOn(t, b, f, 6, []string{"SETRANGE", key(f, "edge"), strconv.Itoa(limit - 1), "x"})
+	execOKOn(t, b, f, 6, []string{"SETBIT", key(f, "bits"), strconv.Itoa(8*limit - 1), "1"})
+	if n := v.db.StrLen(t.Context(), key(f, "edge")).Val(); n != int64(limit) {
+		t.Errorf("SETRANGE to the limit: got %d bytes, want %d", n, limit)
 	}
 }
 
@@ -301,12 +301,12 @@ func TestAttackArgumentSize(t *testing.T) {
 func TestAttackAppendGrowth(t *testing.T) {
 	cfg := DefaultConfig()
 	b := openBackend(t, cfg)
-	max := cfg.MaxValueBytes
+	limit := cfg.MaxValueBytes
 	v := newVictim(t, b, "append")
 	f := v.fence
-	execOKOn(t, b, f, 5, []string{"SET", key(f, "big"), strings.Repeat("b", max-10)})
+	execOKOn(t, b, f, 5, []string{"SET", key(f, "big"), strings.Repeat("b", limit-10)})
 	v.snapshot(t)
-	chunk := strings.Repeat("a", max)
+	chunk := strings.Repeat("a", limit)
 	for range 64 {
 		r := v.attack(t, b, tokens.ReasonStatementFailed, "1", "MaxValueBytes",
 			[]string{"SET", key(f, "a"), "changed"},

@@ -22,6 +22,9 @@ type Backend struct {
 	addr   string
 	cfg    Config
 	allow  allowlist
+	// The limits as script arguments, boxed once so a write does not
+	// allocate them.
+	maxValueArg, maxReplyArg any
 	// co runs writes in batches, one per connection slot.
 	co *coalesce.Coalescer[*call]
 }
@@ -30,15 +33,12 @@ type Backend struct {
 // answers PING. The error is one line naming addr. Cancelling ctx aborts
 // the check.
 func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
-	cfg = cfg.withDefaults()
-	if err := cfg.Validate(); err != nil {
-		return nil, err
-	}
-	allow, err := newAllowlist(cfg.Allow)
+	b, err := newBackend(addr, cfg)
 	if err != nil {
 		return nil, err
 	}
-	client := goredis.NewClient(&goredis.Options{
+	cfg = b.cfg
+	b.client = goredis.NewClient(&goredis.Options{
 		Addr: addr,
 		// RESP2: a script's nil is a nil reply, not a RESP3 boolean.
 		Protocol: 2,
@@ -57,13 +57,30 @@ func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 			Mode: maintnotifications.ModeDisabled,
 		},
 	})
-	b := &Backend{client: client, addr: addr, cfg: cfg, allow: allow}
 	b.co = coalesce.New(cfg.PoolSize, maxBatch, b.runBatch)
 	if err := b.Ping(ctx); err != nil {
-		_ = client.Close()
+		_ = b.client.Close()
 		return nil, fmt.Errorf("redis: cannot reach %s: %w", addr, oneLine(err))
 	}
 	return b, nil
+}
+
+// newBackend returns a Backend with its checked config and allowlist, not
+// yet connected.
+func newBackend(addr string, cfg Config) (*Backend, error) {
+	cfg = cfg.withDefaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	allow, err := newAllowlist(cfg.Allow)
+	if err != nil {
+		return nil, err
+	}
+	return &Backend{
+		addr: addr, cfg: cfg, allow: allow,
+		maxValueArg: strconv.Itoa(cfg.MaxValueBytes),
+		maxReplyArg: strconv.Itoa(cfg.MaxReplyBytes),
+	}, nil
 }
 
 // oneLine keeps an error on one line.

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"fmt"
 	"sort"
 	"strconv"
 	"strings"
@@ -22,7 +23,29 @@ type commandSpec struct {
 	write bool
 	// optional: known but not allowed unless named in Config.Allow.
 	optional bool
+	// args: a check of the arguments beyond keys and sizes.
+	args argCheck
+
+	// name is the upper-case name, which the script is sent (it compares
+	// names to treat APPEND and the INCR family); nameArg is name as the
+	// script argument, boxed once so a write does not allocate it.
+	name    string
+	nameArg any
 }
+
+// argCheck names the commands whose arguments are checked before sending:
+// those that could make Redis allocate far more than the request carries,
+// or reach outside the database.
+type argCheck uint8
+
+const (
+	argsPlain      argCheck = iota
+	argsSetRange            // SETRANGE key offset value: offset+len(value) bytes
+	argsSetBit              // SETBIT key offset bit: offset/8+1 bytes
+	argsCopy                // COPY src dst [DB n] [REPLACE]: no DB
+	argsRandMember          // SRANDMEMBER key -count: count values, repeated
+	argsRandField           // HRANDFIELD key -count [WITHVALUES]: likewise
+)
 
 func spec(arity, first, last, step int, write bool) commandSpec {
 	return commandSpec{arity: arity, first: first, last: last, step: step, write: write}
@@ -58,7 +81,7 @@ var commandTable = map[string]commandSpec{
 	"DECR":        spec(2, 1, 1, 1, w),
 	"DECRBY":      spec(3, 1, 1, 1, w),
 	"STRLEN":      spec(2, 1, 1, 1, r),
-	"SETRANGE":    spec(4, 1, 1, 1, w),
+	"SETRANGE":    withArgs(spec(4, 1, 1, 1, w), argsSetRange),
 	"GETRANGE":    spec(4, 1, 1, 1, r),
 	// keys
 	"DEL":       spec(-2, 1, -1, 1, w),
@@ -131,11 +154,11 @@ var commandTable = map[string]commandSpec{
 	// Known, not allowed by default: Config.Allow can add them.
 	"RENAME":      optional(3, 1, 2, 1, w),
 	"RENAMENX":    optional(3, 1, 2, 1, w),
-	"COPY":        optional(-3, 1, 2, 1, w),
+	"COPY":        withArgs(optional(-3, 1, 2, 1, w), argsCopy),
 	"HSTRLEN":     optional(3, 1, 1, 1, r),
-	"HRANDFIELD":  optional(-2, 1, 1, 1, r),
+	"HRANDFIELD":  withArgs(optional(-2, 1, 1, 1, r), argsRandField),
 	"LPOS":        optional(-3, 1, 1, 1, r),
-	"SRANDMEMBER": optional(-2, 1, 1, 1, r),
+	"SRANDMEMBER": withArgs(optional(-2, 1, 1, 1, r), argsRandMember),
 	"SMISMEMBER":  optional(-3, 1, 1, 1, r),
 	"SINTER":      optional(-2, 1, -1, 1, r),
 	"SUNION":      optional(-2, 1, -1, 1, r),
@@ -150,7 +173,7 @@ var commandTable = map[string]commandSpec{
 	"ZPOPMAX":     optional(-2, 1, 1, 1, w),
 	"ZRANGESTORE": optional(-5, 1, 2, 1, w),
 	"XREVRANGE":   optional(-4, 1, 1, 1, r),
-	"SETBIT":      optional(4, 1, 1, 1, w),
+	"SETBIT":      withArgs(optional(4, 1, 1, 1, w), argsSetBit),
 	"GETBIT":      optional(3, 1, 1, 1, r),
 	"BITCOUNT":    optional(-2, 1, 1, 1, r),
 	"PFADD":       optional(-2, 1, 1, 1, w),
@@ -160,6 +183,18 @@ func optional(arity, first, last, step int, write bool) commandSpec {
 	s := spec(arity, first, last, step, write)
 	s.optional = true
 	return s
+}
+
+func withArgs(s commandSpec, c argCheck) commandSpec {
+	s.args = c
+	return s
+}
+
+func init() {
+	for name, s := range commandTable {
+		s.name, s.nameArg = name, name
+		commandTable[name] = s
+	}
 }
 
 // refusedFamilies explains why well-known commands are refused. Anything
@@ -176,7 +211,7 @@ var refusedFamilies = func() map[string]string {
 	add("administrative commands are not allowed",
 		"CONFIG", "FLUSHALL", "FLUSHDB", "SHUTDOWN", "DEBUG", "KEYS", "SCAN", "SAVE", "BGSAVE",
 		"BGREWRITEAOF", "REPLICAOF", "SLAVEOF", "CLIENT", "ACL", "MODULE", "CLUSTER", "MONITOR",
-		"SLOWLOG", "LATENCY", "MEMORY", "OBJECT", "INFO", "FAILOVER", "MIGRATE", "RESTORE", "DUMP",
+		"SLOWLOG", "LATENCY", "MEMORY", "OBJECT", "INFO", "FAILOVER", "RESTORE", "DUMP",
 		"RANDOMKEY", "DBSIZE", "LASTSAVE", "COMMAND", "SORT", "SORT_RO")
 	add("blocking commands are not allowed (they cannot block inside a script)",
 		"BLPOP", "BRPOP", "BLMOVE", "BRPOPLPUSH", "BLMPOP", "BZPOPMIN", "BZPOPMAX", "BZMPOP",
@@ -186,10 +221,14 @@ var refusedFamilies = func() map[string]string {
 		"PUBLISH", "SPUBLISH", "PUBSUB")
 	add("transactions are not allowed (the write already is one)",
 		"MULTI", "EXEC", "DISCARD", "WATCH", "UNWATCH")
-	add("switching or moving between databases is not allowed",
-		"SELECT", "MOVE", "SWAPDB")
+	add(crossDatabase, "SELECT", "MOVE", "SWAPDB", "MIGRATE")
 	return m
 }()
+
+// crossDatabase is why commands that reach another database are refused:
+// the script's snapshots and its rollback cover database 0 only, so what
+// such a command wrote elsewhere would stay after a refusal.
+const crossDatabase = "reaching another database is not allowed (the rollback covers only this one)"
 
 // reservedPrefix starts every key fencegate keeps for itself.
 const reservedPrefix = "fencegate:"
@@ -202,7 +241,8 @@ const maxArgs = 4096
 type allowlist map[string]commandSpec
 
 // newAllowlist returns the default allowlist plus extra, which must name
-// commands of the table.
+// optional commands of the table. Refused families (cross-database
+// commands above all) can never be added, even were they in the table.
 func newAllowlist(extra []string) (allowlist, error) {
 	a := allowlist{}
 	for name, s := range commandTable {
@@ -212,6 +252,9 @@ func newAllowlist(extra []string) (allowlist, error) {
 	}
 	for _, name := range extra {
 		up := strings.ToUpper(name)
+		if why := refusedFamilies[up]; why != "" {
+			return nil, fmt.Errorf("redis: Allow names %s, which fencegate never allows: %s", up, why)
+		}
 		s, ok := commandTable[up]
 		if !ok {
 			return nil, errUnknownAllow(name)
@@ -258,8 +301,19 @@ func (a allowlist) lookup(name string) (commandSpec, bool) {
 type plan struct {
 	keys []string // the token key, the written keys, then the keys only read
 	nw   int      // number of written keys
-	args []any    // token, number of written keys, then per command: argc, args...
+	// token, number of written keys, MaxValueBytes, MaxReplyBytes, then
+	// per command: argc, upper-case name, args...
+	args []any
 }
+
+// Positions in plan.args and the script's ARGV (1-based there).
+const (
+	argToken = iota
+	argWritten
+	argMaxValue
+	argMaxReply
+	argCommands
+)
 
 // check validates a request before anything is sent and lays it out for
 // the script. A refusal has Fence and Token set.
@@ -274,18 +328,16 @@ func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]
 	case len(cmds) == 0:
 		return plan{}, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "no commands")
 	}
-	nargs := 2
+	nargs := argCommands
 	for _, c := range cmds {
 		nargs += 1 + len(c)
 	}
-	p := plan{keys: make([]string, 1, 1+len(cmds)), args: make([]any, 2, nargs)}
+	p := plan{keys: make([]string, 1, 1+len(cmds)), args: make([]any, argCommands, nargs)}
 	p.keys[0] = tokenKey
-	p.args[0] = t.String()
+	p.args[argToken] = t.String()
+	p.args[argMaxValue] = b.maxValueArg
+	p.args[argMaxReply] = b.maxReplyArg
 	var written, read keySet
-	tokenSlot := -1
-	if b.cfg.CheckSlots {
-		tokenSlot = Slot(tokenKey)
-	}
 	for i, c := range cmds {
 		if len(c) == 0 || c[0] == "" {
 			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "empty command")
@@ -300,7 +352,7 @@ func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]
 		}
 		n := len(c)
 		if (s.arity > 0 && n != s.arity) || (s.arity < 0 && n < -s.arity) {
-			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "wrong number of arguments for %s", strings.ToUpper(c[0]))
+			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "wrong number of arguments for %s", s.name)
 		}
 		if n > maxArgs {
 			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "%d arguments, more than the %d allowed per command", n, maxArgs)
@@ -310,7 +362,7 @@ func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]
 			last += n
 		}
 		if s.last < 0 && (last-s.first+1)%s.step != 0 {
-			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "wrong number of arguments for %s", strings.ToUpper(c[0]))
+			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "wrong number of arguments for %s", s.name)
 		}
 		for k := s.first; k <= last; k += s.step {
 			key := c[k]
@@ -318,10 +370,10 @@ func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]
 				return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i,
 					"key %q: keys starting with %q are reserved for fencegate", key, reservedPrefix)
 			}
-			if tokenSlot >= 0 && Slot(key) != tokenSlot {
+			if !taggedWith(key, fence) {
 				return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i,
-					"key %q is not in the fence's cluster slot: put the hash tag {%s} in every key, e.g. \"{%s}:%s\"",
-					key, fence, fence, key)
+					"key %q does not carry the fence's hash tag: every key must contain {%s} as its first {...}, e.g. \"{%s}:name\"",
+					key, fence, fence)
 			}
 			if s.write {
 				written.add(key)
@@ -329,13 +381,16 @@ func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]
 				read.add(key)
 			}
 		}
-		p.args = append(p.args, len(c))
-		for _, a := range c {
+		if r := b.checkArgs(fence, t, i, s, c); r != nil {
+			return plan{}, r
+		}
+		p.args = append(p.args, n, s.nameArg)
+		for _, a := range c[1:] {
 			p.args = append(p.args, a)
 		}
 	}
 	p.nw = len(written.list)
-	p.args[1] = p.nw
+	p.args[argWritten] = p.nw
 	p.keys = append(p.keys, written.list...)
 	for _, k := range read.list {
 		if !written.has(k) {
@@ -345,9 +400,101 @@ func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]
 	return p, nil
 }
 
+// taggedWith reports whether key's hash tag, read as Redis Cluster reads it
+// (from the first '{' to the first '}' after it, "{}" being no tag), is
+// exactly fence: the key is the fence's by name, not only by slot. fence
+// is not empty and holds no brace, so the first '}' after the '{' is the
+// one right after fence.
+func taggedWith(key, fence string) bool {
+	i := strings.IndexByte(key, '{')
+	if i < 0 {
+		return false
+	}
+	rest := key[i+1:]
+	return len(rest) > len(fence) && rest[len(fence)] == '}' && rest[:len(fence)] == fence
+}
+
+// elementCost is what each element of a reply counts towards MaxReplyBytes
+// besides its bytes; the script counts the same.
+const elementCost = 16
+
+// checkArgs bounds the arguments of command i: each at most MaxValueBytes,
+// and the few commands that make Redis allocate more than they carry
+// checked for what they would allocate.
+func (b *Backend) checkArgs(fence string, t tokens.Token, i int, s commandSpec, c []string) *tokens.RefusalError {
+	maxValue := b.cfg.MaxValueBytes
+	for j, a := range c {
+		if len(a) > maxValue {
+			return refuseLimit(tokens.ReasonInvalidRequest, fence, t, i, "MaxValueBytes",
+				"argument %d of %s is %d bytes, over the limit of %d", j, s.name, len(a), maxValue)
+		}
+	}
+	switch s.args {
+	case argsSetRange:
+		off, ok := parseInt(c[2])
+		if !ok || off < 0 {
+			return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "SETRANGE offset %q is not an integer >= 0", c[2])
+		}
+		if off > int64(maxValue-len(c[3])) {
+			return refuseLimit(tokens.ReasonInvalidRequest, fence, t, i, "MaxValueBytes",
+				"SETRANGE at offset %d would make a value over the limit of %d bytes", off, maxValue)
+		}
+	case argsSetBit:
+		off, ok := parseInt(c[2])
+		if !ok || off < 0 {
+			return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "SETBIT offset %q is not an integer >= 0", c[2])
+		}
+		if off/8 >= int64(maxValue) {
+			return refuseLimit(tokens.ReasonInvalidRequest, fence, t, i, "MaxValueBytes",
+				"SETBIT at bit %d would make a value over the limit of %d bytes", off, maxValue)
+		}
+	case argsCopy:
+		for _, a := range c[3:] {
+			if strings.EqualFold(a, "DB") {
+				return refuseCommand(tokens.ReasonCommandNotAllowed, fence, t, i, "COPY ... DB: %s", crossDatabase)
+			}
+		}
+	case argsRandMember, argsRandField:
+		if len(c) < 3 {
+			break
+		}
+		count, ok := parseInt(c[2])
+		if !ok {
+			return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "%s count %q is not an integer", s.name, c[2])
+		}
+		// A negative count repeats elements: the reply is -count long
+		// however small the key, and Redis builds it before the script
+		// can weigh it.
+		per := int64(elementCost)
+		if s.args == argsRandField && len(c) > 3 {
+			per *= 2 // WITHVALUES
+		}
+		if count < -int64(b.cfg.MaxReplyBytes)/per {
+			return refuseLimit(tokens.ReasonInvalidRequest, fence, t, i, "MaxReplyBytes",
+				"%s count %d would make a reply over the limit of %d bytes", s.name, count, b.cfg.MaxReplyBytes)
+		}
+	}
+	return nil
+}
+
+// parseInt parses a decimal integer. It accepts every form Redis's
+// string2ll does (and a few more, which Redis then refuses), so a
+// number the check reads is the number Redis reads.
+func parseInt(s string) (int64, bool) {
+	n, err := strconv.ParseInt(s, 10, 64)
+	return n, err == nil
+}
+
 func refuseCommand(reason tokens.Reason, fence string, t tokens.Token, i int, format string, args ...any) *tokens.RefusalError {
 	r := tokens.Refuse(reason, fence, t, "command "+strconv.Itoa(i)+": "+format, args...)
 	r.Metadata = map[string]string{"command": strconv.Itoa(i)}
+	return r
+}
+
+// refuseLimit is refuseCommand for a size limit, named in metadata "limit".
+func refuseLimit(reason tokens.Reason, fence string, t tokens.Token, i int, limit, format string, args ...any) *tokens.RefusalError {
+	r := refuseCommand(reason, fence, t, i, format, args...)
+	r.Metadata["limit"] = limit
 	return r
 }
 

@@ -6,9 +6,7 @@ import (
 	"time"
 )
 
-// Config tunes a Backend. Zero durations and sizes take the value of
-// DefaultConfig; CheckSlots is a bool and is taken as given, so start from
-// DefaultConfig() to keep it on.
+// Config tunes a Backend. Zero fields take the value of DefaultConfig.
 type Config struct {
 	// PoolSize is the number of connections, which bounds the concurrent
 	// writes. Default 10 × GOMAXPROCS.
@@ -20,24 +18,56 @@ type Config struct {
 	// reported as BACKEND_UNAVAILABLE with an unknown outcome. Default 3s.
 	ReadTimeout  time.Duration
 	WriteTimeout time.Duration
-	// CheckSlots refuses requests with keys outside the Redis Cluster hash
-	// slot of the fence's token key, so they would also work on a cluster
-	// (see the package doc). On in DefaultConfig.
+	// CheckSlots is ignored: every key must carry the fence's hash tag
+	// {<fence>} (see the package doc), which puts it in the fence's
+	// cluster slot whatever this says.
+	//
+	// Deprecated: keys are always bound to their fence by name.
 	CheckSlots bool
 	// Allow adds commands to the default allowlist. Only commands whose key
-	// positions fencegate knows can be added (see the package doc); others
-	// fail Validate.
+	// positions fencegate knows can be added (see the package doc); others,
+	// and commands that reach another database (SELECT, MOVE, SWAPDB,
+	// MIGRATE), fail Validate.
 	Allow []string
+	// MaxValueBytes bounds what one write may store in one value: every
+	// argument of every command, and the string that SETRANGE, SETBIT or
+	// APPEND would make. At most 512 MiB (Redis's own limit). Default 1 MiB,
+	// the default request size of the API: a value no request could carry
+	// cannot be grown to either, and every later write to a key copies it
+	// whole for its rollback (DUMP), inside the script that holds the
+	// server.
+	MaxValueBytes int
+	// MaxReplyBytes bounds the replies of one write, counted as the length
+	// of every string in them plus 16 bytes per array element: a write
+	// whose replies would be larger is rolled back and refused, and no
+	// larger reply is read from the server. At least MaxValueBytes, so any
+	// value can be read back. Default 4 MiB, or MaxValueBytes if that is
+	// larger.
+	MaxReplyBytes int
 }
+
+// Limits of the size fields.
+const (
+	defaultMaxValueBytes = 1 << 20
+	defaultMaxReplyBytes = 4 << 20
+	// maxValueLimit is Redis's proto-max-bulk-len default, the largest
+	// string Redis itself accepts.
+	maxValueLimit = 512 << 20
+	// maxReplyLimit: fencegate holds a whole reply in memory, twice over
+	// (decoded, then encoded for the caller).
+	maxReplyLimit = 1 << 30
+)
 
 // DefaultConfig returns the defaults described on Config's fields.
 func DefaultConfig() Config {
 	return Config{
-		PoolSize:     10 * runtime.GOMAXPROCS(0),
-		DialTimeout:  5 * time.Second,
-		ReadTimeout:  3 * time.Second,
-		WriteTimeout: 3 * time.Second,
-		CheckSlots:   true,
+		PoolSize:      10 * runtime.GOMAXPROCS(0),
+		DialTimeout:   5 * time.Second,
+		ReadTimeout:   3 * time.Second,
+		WriteTimeout:  3 * time.Second,
+		CheckSlots:    true,
+		MaxValueBytes: defaultMaxValueBytes,
+		MaxReplyBytes: defaultMaxReplyBytes,
 	}
 }
 
@@ -56,6 +86,12 @@ func (c Config) withDefaults() Config {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = d.WriteTimeout
 	}
+	if c.MaxValueBytes == 0 {
+		c.MaxValueBytes = d.MaxValueBytes
+	}
+	if c.MaxReplyBytes == 0 {
+		c.MaxReplyBytes = max(d.MaxReplyBytes, c.MaxValueBytes)
+	}
 	return c
 }
 
@@ -70,6 +106,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("redis: ReadTimeout must be at least 1ms, got %v", c.ReadTimeout)
 	case c.WriteTimeout < time.Millisecond:
 		return fmt.Errorf("redis: WriteTimeout must be at least 1ms, got %v", c.WriteTimeout)
+	case c.MaxValueBytes < 1 || c.MaxValueBytes > maxValueLimit:
+		return fmt.Errorf("redis: MaxValueBytes must be between 1 and %d, got %d", maxValueLimit, c.MaxValueBytes)
+	case c.MaxReplyBytes < c.MaxValueBytes || c.MaxReplyBytes > maxReplyLimit:
+		return fmt.Errorf("redis: MaxReplyBytes must be between MaxValueBytes (%d) and %d, got %d", c.MaxValueBytes, maxReplyLimit, c.MaxReplyBytes)
 	}
 	_, err := newAllowlist(c.Allow)
 	return err

@@ -34,28 +34,52 @@
 //     of data commands with known arity and key positions: strings, keys
 //     (DEL, EXPIRE, TTL, ...), hashes, lists, sets, sorted sets and
 //     streams; see commandTable. Everything else (scripting, admin commands,
-//     blocking commands, pub/sub, MULTI/EXEC/WATCH, SELECT/MOVE/SWAPDB,
-//     unknown commands) is refused with COMMAND_NOT_ALLOWED. An empty
-//     command or a wrong number of arguments is INVALID_REQUEST. Config.Allow
-//     adds commands, but only those whose keys the package knows how to find
-//     (RENAME, COPY, SUNIONSTORE, ZPOPMIN, ...), because every key must be
-//     checked and snapshotted.
+//     blocking commands, pub/sub, MULTI/EXEC/WATCH, unknown commands) is
+//     refused with COMMAND_NOT_ALLOWED. An empty command or a wrong number
+//     of arguments is INVALID_REQUEST. Config.Allow adds commands, but only
+//     those whose keys the package knows how to find (RENAME, COPY,
+//     SUNIONSTORE, ZPOPMIN, ...), because every key must be checked and
+//     snapshotted.
+//   - Keys are bound to their fence by name: every key a command names
+//     must carry the hash tag {F} exactly as Redis Cluster reads it (from
+//     the first '{' to the first '}' after it; "{}" is no tag), e.g.
+//     "{jobs}:last" or "user:{jobs}" for fence "jobs". Other keys, including
+//     keys of other fences and untagged keys that happen to share the
+//     fence's slot, are refused with INVALID_REQUEST, reads as well as
+//     writes. Such keys are also in the slot of the token key, so a write
+//     works unchanged on Redis Cluster.
 //   - Keys starting with "fencegate:" are reserved: a command naming one is
 //     refused with INVALID_REQUEST, so a write cannot move a fence.
+//   - Only database 0: SELECT, MOVE, SWAPDB, MIGRATE and COPY's DB option
+//     are refused with COMMAND_NOT_ALLOWED, and Config.Allow cannot enable
+//     them (Validate says so), because the rollback covers this database
+//     only.
+//   - Size limits, so that a small request cannot make Redis allocate a
+//     lot or fencegate read a lot. Refused before sending, INVALID_REQUEST
+//     with metadata "limit": an argument over Config.MaxValueBytes (1 MiB);
+//     SETRANGE whose offset plus value, or SETBIT whose offset/8+1, is
+//     over it; SRANDMEMBER or HRANDFIELD with a negative count whose
+//     repeated elements would weigh over Config.MaxReplyBytes (4 MiB).
+//     Refused by the script, STATEMENT_FAILED with metadata "limit" and
+//     rolled back: APPEND that would grow a string over MaxValueBytes
+//     (weighed with STRLEN before it runs), and a write whose replies
+//     weigh over MaxReplyBytes (LRANGE 0 -1 of a long list, HGETALL, MGET,
+//     ...: each string's bytes plus 16 per array element, added up over
+//     the write's commands). The script never returns more than that.
+//   - Integer replies are exact over the whole int64 range: the INCR
+//     family's and HINCRBY's replies beyond ±2^53 (where Lua's doubles
+//     round) are read back as the decimal the key holds; any other integer
+//     reply beyond ±2^53 (PTTL of an expiry ~285,000 years away) refuses
+//     the write, STATEMENT_FAILED, rolled back. Arguments are sent as
+//     given, never through a float.
 //   - Every error of Exec is a *tokens.RefusalError. Except for
 //     BACKEND_UNAVAILABLE with metadata "outcome": "unknown", a refusal
 //     means nothing was written. The client never retries a write on its
 //     own: after a lost connection the script may have run.
 //
-// Redis Cluster: a script may only touch keys of one hash slot. With
-// Config.CheckSlots (on in DefaultConfig), every key of a write must hash
-// to the slot of fencegate:{F}:token, which in practice means every key
-// carries the hash tag {F}, e.g. "{jobs}:last" for fence "jobs"; other keys
-// are refused with INVALID_REQUEST saying so. The check is the same on a
-// single server, so code that passes it keeps working on a cluster. Turn it
-// off only for a single server and keys you cannot rename. The Backend
-// itself connects to one server (or a proxy in front of a cluster); it does
-// not follow MOVED redirections.
+// Config.CheckSlots is deprecated and ignored: the tag rule above is
+// always on. The Backend connects to one server (or a proxy in front of a
+// cluster); it does not follow MOVED redirections.
 //
 // What it does not guarantee:
 //
@@ -66,16 +90,26 @@
 //     appendfsync always where that matters; callers cannot WAIT for
 //     replicas through fencegate.
 //   - The rollback is by snapshot: a write's cost grows with the size of
-//     the keys it writes (DUMP copies each whole key), and keyspace
-//     notifications and replication see the commands and then the
-//     restores. A script error that the rollback itself cannot recover from
-//     (e.g. RESTORE failing) is BACKEND_UNAVAILABLE with an unknown outcome.
-//   - Replies pass through Lua: integers beyond 2^53 in replies lose
-//     precision (the stored values do not), and scores come back as the
-//     strings Redis sends.
+//     the keys it writes (DUMP copies each whole key, inside the script
+//     that holds the server), and keyspace notifications and replication
+//     see the commands and then the restores. A script error that the
+//     rollback itself cannot recover from (e.g. RESTORE failing) is
+//     BACKEND_UNAVAILABLE with an unknown outcome.
+//   - The limits bound what one request can make Redis allocate beyond
+//     what it carries, not how large a fence's data grows: many writes can
+//     build a list, hash or set of any size, and commands that copy
+//     existing data (COPY, SUNIONSTORE, ZRANGESTORE, ... when allowed)
+//     allocate as much as they copy. A read's reply is built inside Redis
+//     before the script weighs it, so reading a large key costs Redis that
+//     memory for the moment, though the reply never leaves it. Bound the
+//     whole with Redis's maxmemory.
+//   - Replies pass through Lua: scores come back as the strings Redis
+//     sends, and an integer reply beyond ±2^53 of a command other than
+//     the INCR family and HINCRBY refuses the write (see above).
 //   - It is not a security boundary. Use Redis ACLs to limit what the user
-//     fencegate connects as can do; the allowlist prevents accidents and
-//     keeps the script's guarantees, it does not sandbox.
+//     fencegate connects as can do; the allowlist, the key rule and the
+//     limits keep a caller to its fence's keys and the script's guarantees,
+//     but Redis's own privileges draw the real boundary.
 //   - Fences lists fences with SCAN: its cost grows with the whole
 //     database and a fence created during the walk may be missing.
 //

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -21,15 +22,18 @@ import (
 // one pipeline, each its own script run.
 //
 // cmds are commands as argument lists, the name first (any case), e.g.
-// {"SET", "{jobs}:last", "7"}. The replies are JSON-friendly: string for
-// bulk and status replies ("OK"), int64, nil, and []any for arrays.
+// {"SET", "{jobs}:last", "7"}; every key must carry the fence's hash tag
+// (see the package doc). The replies are JSON-friendly: string for bulk and
+// status replies ("OK"), int64 (exact over its whole range), nil, and []any
+// for arrays.
 //
 // Refusals are *tokens.RefusalError with Fence and Token set:
 // COMMAND_NOT_ALLOWED or INVALID_REQUEST (metadata "command": the 0-based
-// index) before anything is sent; STALE_TOKEN with HighWater when t is
-// below the fence's high-water mark; STATEMENT_FAILED with metadata
-// "command" and "error" (Redis's error text) when a command failed and the
-// write was rolled back; BACKEND_UNAVAILABLE when the server could not be
+// index, and "limit" for a size limit) before anything is sent;
+// STALE_TOKEN with HighWater when t is below the fence's high-water mark;
+// STATEMENT_FAILED with metadata "command" and "error" (Redis's error
+// text) when a command failed, or "command" and "limit" when the script
+// found a limit exceeded, and the write was rolled back; BACKEND_UNAVAILABLE when the server could not be
 // reached or did not answer in time, with metadata "outcome": "unknown"
 // when the script may have run all the same. Cancelling ctx aborts the
 // wait; after the script was sent that is BACKEND_UNAVAILABLE with an
@@ -116,10 +120,30 @@ func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, er
 	}
 	marker, _ := reply[0].(int64)
 	switch {
-	case marker == replyOK && len(reply) == n+1:
-		out := reply[1:]
+	case marker == replyOK && (len(reply) == n+1 || len(reply) == n+2):
+		out := reply[1 : n+1]
 		for i, v := range out {
 			out[i] = jsonValue(v)
+		}
+		var exact []any
+		if len(reply) == n+2 {
+			if exact, ok = reply[n+1].([]any); !ok {
+				break
+			}
+		}
+		// Integers the script could not pass exactly through Lua come as
+		// the decimal strings Redis holds.
+		for _, e := range exact {
+			i, _ := e.(int64)
+			if i < 0 || int(i) >= len(out) {
+				return nil, b.unexpected(fence, t, res)
+			}
+			s, _ := out[i].(string)
+			v, err := strconv.ParseInt(s, 10, 64)
+			if err != nil {
+				return nil, b.unexpected(fence, t, res)
+			}
+			out[i] = v
 		}
 		return out, nil
 	case marker == replyStale && len(reply) == 2:
@@ -132,6 +156,21 @@ func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, er
 		r := refuseCommand(tokens.ReasonStatementFailed, fence, t, int(i), "%s (rolled back)", text)
 		r.Metadata["error"] = text
 		return nil, r
+	case marker == replyLimit && len(reply) == 4:
+		i, _ := reply[1].(int64)
+		limit, _ := reply[2].(string)
+		size, _ := reply[3].(int64)
+		switch limit {
+		case limitValue:
+			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "MaxValueBytes",
+				"the value would grow to %d bytes, over the limit of %d (rolled back)", size, b.cfg.MaxValueBytes)
+		case limitReply:
+			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "MaxReplyBytes",
+				"the replies up to this command are %d bytes, over the limit of %d (rolled back)", size, b.cfg.MaxReplyBytes)
+		case limitInteger:
+			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "exact integers",
+				"the reply is an integer beyond ±2^53, which cannot pass exactly through the script (rolled back)")
+		}
 	case marker == replyCorrupt && len(reply) == 2:
 		return nil, tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t,
 			"key %s on %s holds %q, not a token; nothing written", TokenKey(fence), b.addr, reply[1])

@@ -214,22 +214,22 @@ func contains(s, sub string) bool {
 	return len(sub) == 0 || len(s) >= len(sub) && (s[:len(sub)] == sub || contains(s[1:], sub))
 }
 
-func TestCheckSlotsOffAllowsUntaggedKeys(t *testing.T) {
+// TestCheckSlotsOffStillBindsKeys: the deprecated CheckSlots no longer
+// lets keys without the fence's tag through.
+func TestCheckSlotsOffStillBindsKeys(t *testing.T) {
 	t.Parallel()
 	cfg := DefaultConfig()
 	cfg.CheckSlots = false
 	b := openBackend(t, cfg)
 	fence := unique("noslots")
-	k1, k2 := "untagged:"+fence, fence+":other"
-	if _, err := b.Exec(t.Context(), fence, 3, [][]string{{"SET", k1, "1"}, {"SET", k2, "2"}}); err != nil {
-		t.Fatalf("Exec with CheckSlots off: got %v, want nil", err)
+	for _, k := range []string{"untagged:" + fence, fence + ":other", TokenKey(fence)} {
+		_, err := b.Exec(t.Context(), fence, 3, [][]string{{"SET", k, "1"}})
+		refusal(t, err, tokens.ReasonInvalidRequest)
+		if n := admin(t).Exists(t.Context(), k).Val(); k != TokenKey(fence) && n != 0 {
+			t.Errorf("%s: got written, want nothing written", k)
+		}
 	}
-	if got := admin(t).MGet(t.Context(), k1, k2).Val(); !reflect.DeepEqual(got, []any{"1", "2"}) {
-		t.Errorf("values: got %v, want [1 2]", got)
-	}
-	// The reserved prefix stays refused.
-	_, err := b.Exec(t.Context(), fence, 3, [][]string{{"DEL", TokenKey(fence)}})
-	refusal(t, err, tokens.ReasonInvalidRequest)
+	execOKOn(t, b, fence, 3, []string{"SET", key(fence, "a"), "1"})
 }
 
 func TestConfigAllowAddsKnownCommands(t *testing.T) {

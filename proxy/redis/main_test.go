@@ -24,7 +24,9 @@ func TestMain(m *testing.M) {
 
 func runTests(m *testing.M) int {
 	ctx := context.Background()
-	srv, err := throwaway.Start(ctx, throwaway.Options{})
+	// Two databases, so that the cross-database attacks have somewhere to
+	// go and their tests can see whether they got there.
+	srv, err := throwaway.Start(ctx, throwaway.Options{Databases: 2})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -47,6 +47,10 @@ func TestConfigValidate(t *testing.T) {
 		{Allow: []string{"EVAL"}},
 		{Allow: []string{"FLUSHALL"}},
 		{Allow: []string{"NO-SUCH-COMMAND"}},
+		{MaxValueBytes: -1},
+		{MaxValueBytes: maxValueLimit + 1},
+		{MaxValueBytes: 1 << 20, MaxReplyBytes: 1<<20 - 1},
+		{MaxReplyBytes: maxReplyLimit + 1},
 	}
 	for _, c := range bad {
 		if err := c.withDefaults().Validate(); err == nil {

@@ -5,16 +5,25 @@ import goredis "github.com/redis/go-redis/v9"
 // Markers leading the script's reply.
 const (
 	replyStale   = 0 // {0, high-water}: nothing written
-	replyOK      = 1 // {1, reply, reply, ...}: applied
+	replyOK      = 1 // {1, reply, ..., reply[, exact]}: applied
 	replyFailed  = 2 // {2, command index, error text}: rolled back
 	replyCorrupt = 3 // {3, stored value}: the token key holds no token
+	replyLimit   = 4 // {4, command index, limit, bytes}: rolled back
+)
+
+// Limits the script enforces, named in a replyLimit reply.
+const (
+	limitValue   = "value"   // APPEND would grow a string over MaxValueBytes
+	limitReply   = "reply"   // the replies so far are over MaxReplyBytes
+	limitInteger = "integer" // an integer reply beyond ±2^53, not exact in Lua
 )
 
 // fenceScript is the fenced write. KEYS[1] is the token key, KEYS[2] to
 // KEYS[1+ARGV[2]] the keys the commands may write, then the keys they only
 // read (declared for Redis Cluster). ARGV[1] is the token in canonical
-// decimal, ARGV[2] the number of written keys, then each command as its
-// argument count followed by its arguments.
+// decimal, ARGV[2] the number of written keys, ARGV[3] MaxValueBytes,
+// ARGV[4] MaxReplyBytes, then each command as its argument count, its
+// upper-case name and its arguments.
 //
 // The token is compared as a decimal string (longer is larger, then byte
 // by byte): Lua numbers are doubles and tokens go up to 2^64-1.
@@ -22,9 +31,17 @@ const (
 // Redis does not undo a script's earlier writes when a later command
 // fails, so every written key is snapshotted (DUMP, PTTL) before the first
 // command runs and restored (RESTORE ... REPLACE, or DEL if it did not
-// exist) when one fails. The token key is only set after every command
-// succeeded; commands cannot name it (check refuses the fencegate: prefix).
-// A script runs atomically, so no client sees the intermediate state.
+// exist) when one fails or a limit is hit. The token key is only set after
+// every command succeeded; commands cannot name it (check refuses the
+// fencegate: prefix). A script runs atomically, so no client sees the
+// intermediate state.
+//
+// Limits: APPEND is weighed (STRLEN) before it runs; each reply is weighed
+// after its command ran, so the script never returns more than
+// MaxReplyBytes. Integer replies reach Lua as doubles: one beyond ±2^53
+// may have been rounded, so the INCR family's is read back as the decimal
+// string the key now holds (its index listed in a last element after the
+// replies, for the caller to parse), and any other refuses the write.
 //
 // The shebang (Redis 7) makes the server refuse the script up front when it
 // is over maxmemory, instead of failing a command half-way.
@@ -32,8 +49,8 @@ const fenceScript = `#!lua
 local token = ARGV[1]
 local cur = redis.call('GET', KEYS[1])
 if cur then
-  if not string.match(cur, '^[1-9][0-9]*$') then
-    return {3, cur}
+  if #cur > 20 or not string.match(cur, '^[1-9][0-9]*$') then
+    return {3, string.sub(cur, 1, 64)}
   end
   local stale = #token < #cur
   if #token == #cur then
@@ -51,6 +68,8 @@ if cur then
 end
 
 local nw = tonumber(ARGV[2])
+local maxValue = tonumber(ARGV[3])
+local maxReply = tonumber(ARGV[4])
 local dumps, ttls = {}, {}
 for i = 2, nw + 1 do
   local d = redis.call('DUMP', KEYS[i])
@@ -60,29 +79,85 @@ for i = 2, nw + 1 do
   end
 end
 
-local out = {1}
-local pos, n = 3, 0
+local exactLimit = 9007199254740992 -- 2^53
+local out, exact, fail = {1}, nil, nil
+local pos, n, total = 5, 0, 0
 while pos <= #ARGV do
   local argc = tonumber(ARGV[pos])
+  local name = ARGV[pos + 1]
+  if name == 'APPEND' then
+    local len = redis.pcall('STRLEN', ARGV[pos + 2])
+    if type(len) == 'number' and len + #ARGV[pos + 3] > maxValue then
+      fail = {4, n, 'value', len + #ARGV[pos + 3]}
+      break
+    end
+  end
   local reply = redis.pcall(unpack(ARGV, pos + 1, pos + argc))
+  if type(reply) == 'table' and reply.err then
+    fail = {2, n, reply.err}
+    break
+  end
+  if type(reply) == 'number' and (reply >= exactLimit or reply <= -exactLimit) then
+    if name == 'INCR' or name == 'INCRBY' or name == 'DECR' or name == 'DECRBY' then
+      reply = redis.call('GET', ARGV[pos + 2])
+    elseif name == 'HINCRBY' then
+      reply = redis.call('HGET', ARGV[pos + 2], ARGV[pos + 3])
+    else
+      fail = {4, n, 'integer', 0}
+      break
+    end
+    exact = exact or {}
+    exact[#exact + 1] = n
+  end
+  -- Weigh the reply as MaxReplyBytes counts it: the bytes of its strings
+  -- plus 16 per array element. The common replies inline: a function
+  -- made on every run costs the script more than all the rest here.
+  local t = type(reply)
+  if t == 'string' then
+    total = total + #reply
+  elseif t == 'table' and reply.ok then
+    total = total + #reply.ok
+  elseif t == 'table' then
+    local function size(v)
+      if type(v) ~= 'table' then
+        return type(v) == 'string' and #v or 8
+      end
+      local s = 0
+      for i = 1, #v do
+        s = s + 16 + size(v[i])
+      end
+      return s
+    end
+    total = total + size(reply)
+  else
+    total = total + 8
+  end
+  if total > maxReply then
+    fail = {4, n, 'reply', total}
+    break
+  end
+  out[n + 2] = reply
   pos = pos + argc + 1
   n = n + 1
-  if type(reply) == 'table' and reply.err then
-    for i = 2, nw + 1 do
-      if dumps[i] then
-        local ttl = ttls[i]
-        if ttl < 0 then ttl = 0 end
-        redis.call('RESTORE', KEYS[i], ttl, dumps[i], 'REPLACE')
-      else
-        redis.call('DEL', KEYS[i])
-      end
+end
+
+if fail then
+  for i = 2, nw + 1 do
+    if dumps[i] then
+      local ttl = ttls[i]
+      if ttl < 0 then ttl = 0 end
+      redis.call('RESTORE', KEYS[i], ttl, dumps[i], 'REPLACE')
+    else
+      redis.call('DEL', KEYS[i])
     end
-    return {2, n - 1, reply.err}
   end
-  out[n + 1] = reply
+  return fail
 end
 
 redis.call('SET', KEYS[1], token)
+if exact then
+  out[n + 2] = exact
+end
 return out
 `
 

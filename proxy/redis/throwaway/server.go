@@ -36,6 +36,10 @@ type Options struct {
 	// StartTimeout bounds how long Start and Restart wait for the server to
 	// answer, in addition to ctx. Zero means 10s.
 	StartTimeout time.Duration
+	// Databases is the number of databases (redis-server --databases).
+	// Zero means 1, so that a command reaching another database fails;
+	// tests of such commands ask for more.
+	Databases int
 }
 
 // Server is a running throwaway Redis server. Its methods are safe for
@@ -114,7 +118,7 @@ func (s *Server) runServer(ctx context.Context, port int) (*serverproc.Process, 
 		"--appendonly", "no",
 		"--daemonize", "no",
 		"--logfile", "",
-		"--databases", "1",
+		"--databases", strconv.Itoa(max(1, s.opts.Databases)),
 	}
 	// Not CommandContext: ctx bounds the start, not the server's life.
 	cmd := exec.Command(s.bin, args...)

@@ -134,3 +134,28 @@ func TestNotFoundMessage(t *testing.T) {
 		t.Errorf("ErrNotFound: got %q, want %q", got, want)
 	}
 }
+
+// TestDatabases: one database by default, so SELECT 1 fails; more on
+// request.
+func TestDatabases(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		databases int
+		want      string // reply to SELECT 1
+	}{
+		{0, "-ERR DB index is out of range"},
+		{2, "+OK"},
+	} {
+		srv, err := throwaway.Start(t.Context(), throwaway.Options{Databases: tt.databases})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := do(t, srv.Addr(), "SELECT 1")
+		if cerr := srv.Close(); cerr != nil {
+			t.Error(cerr)
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("Databases %d: SELECT 1 got %q, %v; want %q", tt.databases, got, err, tt.want)
+		}
+	}
+}

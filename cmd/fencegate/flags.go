@@ -102,7 +102,11 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow what is refused as unsafe: serving as a PostgreSQL superuser or schema owner, whose rights callers' statements would have")
 	fs.IntVar(&c.Redis.PoolSize, "redis-pool-size", c.Redis.PoolSize, "most Redis connections in the pool")
 	fs.BoolVar(&c.Redis.CheckSlots, "redis-check-slots", c.Redis.CheckSlots,
-		"refuse Redis keys outside the fence's cluster hash slot (use the {<fence>} hash tag)")
+		"deprecated and ignored: every Redis key must carry the fence's {<fence>} hash tag, which also keeps it in the fence's slot")
+	fs.IntVar(&c.Redis.MaxValueBytes, "redis-max-value-bytes", c.Redis.MaxValueBytes,
+		"largest Redis value one write may pass or create (each argument; what SETRANGE, SETBIT and APPEND would make)")
+	fs.IntVar(&c.Redis.MaxReplyBytes, "redis-max-reply-bytes", c.Redis.MaxReplyBytes,
+		"largest total reply of one Redis write; a larger one is refused and the write rolled back")
 	fs.Func("redis-allow", "comma-separated Redis commands to allow beyond the default allowlist", func(s string) error {
 		for _, name := range strings.Split(s, ",") {
 			if name = strings.TrimSpace(name); name != "" {

@@ -16,6 +16,12 @@ have protoc || missing+=(protobuf-compiler)
 have redis-server || missing+=(redis-server)
 # etcdctl for the walkthrough (etcd itself is embedded in the binary).
 have etcdctl || missing+=(etcd-client)
+# A real etcd 3.4 server, for the test of an idle election watch on it.
+have etcd || missing+=(etcd-server)
+# promtool, for the unit tests of deploy/prometheus's alert rules.
+have promtool || missing+=(prometheus)
+# curl for the README walkthrough and its test.
+have curl || missing+=(curl)
 
 # PostgreSQL server binaries: Debian keeps them off PATH.
 have_postgres() {
@@ -46,7 +52,7 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Check again: a package that installed but did not provide what we look for
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
-	have redis-server && have etcdctl && have_postgres || {
+	have redis-server && have etcdctl && have etcd && have promtool && have curl && have_postgres || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

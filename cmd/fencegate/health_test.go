@@ -184,4 +184,3 @@ func get(t *testing.T, url string) string {
 	}
 	return string(b)
 }
-

@@ -20,8 +20,9 @@ have etcdctl || missing+=(etcd-client)
 have etcd || missing+=(etcd-server)
 # promtool, for the unit tests of deploy/prometheus's alert rules.
 have promtool || missing+=(prometheus)
-# curl for the README walkthrough and its test.
+# curl and jq for the README walkthrough and its test.
 have curl || missing+=(curl)
+have jq || missing+=(jq)
 
 # PostgreSQL server binaries: Debian keeps them off PATH.
 have_postgres() {
@@ -52,7 +53,7 @@ apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 # Check again: a package that installed but did not provide what we look for
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
-	have redis-server && have etcdctl && have etcd && have promtool && have curl && have_postgres || {
+	have redis-server && have etcdctl && have etcd && have promtool && have curl && have jq && have_postgres || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

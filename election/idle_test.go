@@ -33,7 +33,7 @@ const idleWatchEnv = "FENCEGATE_TEST_IDLE_WATCH"
 // always answers one, later versions only once the store's revision has
 // reached the watch's start revision.
 func TestWatcherIdleEtcd(t *testing.T) {
-	idle := 2 * time.Minute
+	idle := 3 * time.Minute
 	if s := os.Getenv(idleWatchEnv); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil {

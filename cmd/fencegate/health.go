@@ -8,8 +8,10 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
 )
@@ -30,6 +32,10 @@ type readiness struct {
 	gauge  prometheus.Gauge
 	log    *slog.Logger
 
+	// draining is closed when the server starts draining: it ends the
+	// health watches, which would otherwise hold GracefulStop up.
+	draining chan struct{}
+
 	mu        sync.Mutex
 	known     bool
 	wasReady  bool   // ready at least once: later failures are warnings
@@ -44,7 +50,8 @@ func newReadiness(reg prometheus.Registerer, log *slog.Logger, check func(contex
 			Name: "fencegate_ready",
 			Help: "1 when this replica is ready (what /readyz answers 200 to: election watch synced, etcd and the backends answer), else 0.",
 		}),
-		log: log,
+		log:      log,
+		draining: make(chan struct{}),
 	}
 	reg.MustRegister(r.gauge)
 	for _, svc := range r.services() {
@@ -64,7 +71,7 @@ func (r *readiness) register(gs *grpc.Server) {
 
 // run checks readiness every interval until ctx is done, then reports
 // NOT_SERVING for good, so load balancers stop sending while the server
-// drains. It returns nil.
+// drains, and ends the health watches. It returns nil.
 func (r *readiness) run(ctx context.Context, interval time.Duration) error {
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -74,6 +81,7 @@ func (r *readiness) run(ctx context.Context, interval time.Duration) error {
 		case <-ctx.Done():
 			r.health.Shutdown()
 			r.gauge.Set(0)
+			close(r.draining)
 			return nil
 		case <-t.C:
 		}
@@ -132,3 +140,36 @@ func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckReque
 	h.r.refresh(ctx)
 	return h.Server.Check(ctx, req)
 }
+
+// Watch is the standard server's, except that the stream ends, after
+// NOT_SERVING, once the server drains: a watch never ends on its own, and
+// GracefulStop would wait for it for the whole --shutdown-timeout.
+func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	ctx, cancel := context.WithCancel(stream.Context())
+	defer cancel()
+	go func() {
+		select {
+		case <-h.r.draining:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := h.Server.Watch(req, watchStream{stream, ctx})
+	select {
+	case <-h.r.draining:
+	default:
+		return err
+	}
+	// The standard server may have ended before sending it.
+	_ = stream.Send(&healthpb.HealthCheckResponse{Status: healthpb.HealthCheckResponse_NOT_SERVING})
+	return status.Error(codes.Unavailable, "fencegate: shutting down")
+}
+
+// watchStream is a health watch stream with a context that also ends when
+// the server drains.
+type watchStream struct {
+	healthpb.Health_WatchServer
+	ctx context.Context
+}
+
+func (s watchStream) Context() context.Context { return s.ctx }

@@ -11,8 +11,10 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 )
 
 // TestDevStaysReady runs `fencegate dev` with JSON logs and leaves it idle:
@@ -58,7 +60,8 @@ func TestDevStaysReady(t *testing.T) {
 		}
 		return resp.GetStatus()
 	}
-	wctx, wcancel := context.WithCancel(ctx)
+	// Not from ctx: a load balancer's watch outlives fencegate's shutdown.
+	wctx, wcancel := context.WithCancel(context.Background())
 	defer wcancel()
 	watch, err := health.Watch(wctx, &healthpb.HealthCheckRequest{})
 	if err != nil {
@@ -68,11 +71,13 @@ func TestDevStaysReady(t *testing.T) {
 		t.Fatalf("health watch: got %v, %v, want SERVING", resp.GetStatus(), err)
 	}
 	watched := make(chan healthpb.HealthCheckResponse_ServingStatus, 16)
+	watchErr := make(chan error, 1)
 	go func() {
 		defer close(watched)
 		for {
 			resp, err := watch.Recv()
 			if err != nil {
+				watchErr <- err
 				return
 			}
 			watched <- resp.GetStatus()
@@ -110,6 +115,9 @@ func TestDevStaysReady(t *testing.T) {
 		t.Errorf("/metrics: no line %q", "fencegate_ready 1")
 	}
 
+	// The open health watch must not hold the shutdown up for the whole
+	// --shutdown-timeout (10s).
+	stopStart := time.Now()
 	cancel()
 	select {
 	case err := <-done:
@@ -119,8 +127,18 @@ func TestDevStaysReady(t *testing.T) {
 	case <-time.After(30 * time.Second):
 		t.Fatal("dev did not stop within 30s")
 	}
-	if st, ok := <-watched; ok && st != healthpb.HealthCheckResponse_NOT_SERVING {
-		t.Errorf("health watch at shutdown: got %v, want NOT_SERVING", st)
+	if took := time.Since(stopStart); took > 5*time.Second {
+		t.Errorf("dev took %v to stop with a health watch open, want under 5s", took)
+	}
+	var statuses []healthpb.HealthCheckResponse_ServingStatus
+	for st := range watched {
+		statuses = append(statuses, st)
+	}
+	if len(statuses) == 0 || statuses[0] != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health watch at shutdown: got %v, want NOT_SERVING first", statuses)
+	}
+	if err := <-watchErr; status.Code(err) != codes.Unavailable {
+		t.Errorf("health watch at shutdown: got end %v, want Unavailable", err)
 	}
 
 	var sawDuration bool

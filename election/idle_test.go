@@ -172,7 +172,7 @@ func startEtcdBinary(t *testing.T, bin string) (endpoint, output string, err err
 		select {
 		case werr := <-exited:
 			exited <- werr // for the cleanup
-			return "", logs.String(), fmt.Errorf("etcd exited: %v", werr)
+			return "", logs.String(), fmt.Errorf("etcd exited: %w", werr)
 		default:
 		}
 		if time.Now().After(deadline) {

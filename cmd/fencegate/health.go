@@ -79,9 +79,11 @@ func (r *readiness) run(ctx context.Context, interval time.Duration) error {
 		r.refresh(ctx)
 		select {
 		case <-ctx.Done():
+			r.mu.Lock()
 			r.health.Shutdown()
 			r.gauge.Set(0)
 			close(r.draining)
+			r.mu.Unlock()
 			return nil
 		case <-t.C:
 		}
@@ -104,14 +106,19 @@ func (r *readiness) publish(ctx context.Context, err error) {
 	if ctx.Err() != nil {
 		return // the check was cut short, not failed
 	}
-	status, gauge, msg := healthpb.HealthCheckResponse_SERVING, 1.0, ""
+	st, gauge, msg := healthpb.HealthCheckResponse_SERVING, 1.0, ""
 	if err != nil {
-		status, gauge, msg = healthpb.HealthCheckResponse_NOT_SERVING, 0, err.Error()
+		st, gauge, msg = healthpb.HealthCheckResponse_NOT_SERVING, 0, err.Error()
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	select {
+	case <-r.draining:
+		return // NOT_SERVING for good
+	default:
+	}
 	for _, svc := range r.services() {
-		r.health.SetServingStatus(svc, status) // ignored after Shutdown
+		r.health.SetServingStatus(svc, st)
 	}
 	r.gauge.Set(gauge)
 	if r.known && msg == r.lastError {
@@ -129,8 +136,8 @@ func (r *readiness) publish(ctx context.Context, err error) {
 	r.known, r.lastError = true, msg
 }
 
-// healthService answers Check from a fresh readiness check; List and Watch
-// are the standard server's.
+// healthService answers Check from a fresh readiness check; List is the
+// standard server's.
 type healthService struct {
 	*health.Server
 	r *readiness

@@ -34,13 +34,15 @@ func TestDevStaysReady(t *testing.T) {
 		idle = d
 	}
 	etcdAddr, grpcAddr, httpAddr := freeAddr(t), freeAddr(t), freeAddr(t)
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"dev", "--log-format=json", "--etcd-listen=http://" + etcdAddr,
-			"--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr}, &stdout, &stderr)
+		done <- run(ctx, []string{
+			"dev", "--log-format=json", "--etcd-listen=http://" + etcdAddr,
+			"--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr,
+		}, &stdout, &stderr)
 	}()
 	waitReady(t, httpAddr, done, &stderr)
 
@@ -61,7 +63,7 @@ func TestDevStaysReady(t *testing.T) {
 		return resp.GetStatus()
 	}
 	// Not from ctx: a load balancer's watch outlives fencegate's shutdown.
-	wctx, wcancel := context.WithCancel(context.Background())
+	wctx, wcancel := context.WithCancel(t.Context())
 	defer wcancel()
 	watch, err := health.Watch(wctx, &healthpb.HealthCheckRequest{})
 	if err != nil {

@@ -8,7 +8,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -385,9 +384,10 @@ func walkthroughEnv(path string) []string {
 // buildFencegate builds cmd/fencegate into a temporary directory.
 func buildFencegate(t *testing.T) string {
 	t.Helper()
+	// go test puts its own GOROOT/bin first on the PATH.
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		t.Fatalf("the go command: %v", err)
 	}
 	bin := filepath.Join(t.TempDir(), "fencegate")
 	cmd := exec.Command(gobin, "build", "-o", bin, ".")

@@ -50,6 +50,18 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 
+# etcd-server and prometheus are wanted for their binaries only; on a machine
+# running systemd their packages start services, and the system etcd would
+# take 127.0.0.1:2379 from `make run`'s embedded one.
+if [[ -d /run/systemd/system ]]; then
+	for pkg in etcd-server:etcd prometheus:prometheus; do
+		if [[ " ${missing[*]} " == *" ${pkg%%:*} "* ]]; then
+			echo "deps: stopping and disabling the ${pkg#*:} service that ${pkg%%:*} installed"
+			systemctl disable --now "${pkg#*:}" >/dev/null 2>&1 || true
+		fi
+	done
+fi
+
 # Check again: a package that installed but did not provide what we look for
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&

@@ -27,6 +27,23 @@ CHAOS_LONG_CONTROL  ?= 5m
 # sure to see a zombie write land (it must, or the run fails).
 CHAOS_SHORT_FLAGS   ?= --reckless=0.85
 
+# Stamped into every build: `fencegate version` and its start-up log line.
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo devel)
+COMMIT  ?= $(shell git rev-parse HEAD 2>/dev/null)
+LDFLAGS := -X main.Version=$(VERSION) -X main.Commit=$(COMMIT)
+
+# `make install`: the binary into $(PREFIX)/bin, the systemd unit into
+# $(PREFIX)/lib/systemd/system, a sample environment file into
+# $(SYSCONFDIR)/fencegate; all under $(DESTDIR) when set (packaging).
+PREFIX      ?= /usr/local
+SYSCONFDIR  ?= /etc
+DESTDIR     ?=
+
+# grpcurl, for the README's gRPC walkthrough and its test: built from the Go
+# module proxy into bin/tools by `make deps`, as golangci-lint is below.
+GRPCURL_VERSION ?= v1.9.4
+GRPCURL         := bin/tools/grpcurl-$(GRPCURL_VERSION)
+
 # golangci-lint is pinned here, not in go.mod, to keep go.mod lean. It is
 # built from the Go module proxy once per version into bin/tools.
 GOLANGCI_LINT_VERSION ?= v2.15.0
@@ -41,33 +58,46 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: ## Install missing system packages (protoc, redis, etcdctl, postgres) via apt-get as root.
+deps: $(GRPCURL) ## Install missing system packages (protoc, redis, etcd, postgres, promtool, curl, jq) via apt-get as root; build grpcurl into bin/tools.
 	@.ci/deps.sh
 
+$(GRPCURL):
+	@mkdir -p $(@D)
+	@echo "deps: building grpcurl $(GRPCURL_VERSION) into $(@D)"
+	GOBIN=$(CURDIR)/$(@D) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
+	mv $(@D)/grpcurl $@
+	ln -sf $(@F) $(@D)/grpcurl
+
 .PHONY: build
-build: ## Build the binaries into bin/.
-	$(GO) build -o bin/ ./cmd/...
+build: ## Build the binaries into bin/, stamped with VERSION and COMMIT.
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
 .PHONY: test
-test: deps ## go vet, gofmt check, then go test -race (PKGS=./tokens/ to narrow, RACE= to drop -race).
+test: deps ## go vet, gofmt check, alert rule tests, go test -race, then the short chaos runs (PKGS=./tokens/ to narrow, RACE= to drop -race).
 	$(GO) vet $(PKGS)
 	@unformatted=$$(find $(GOFMT_PATHS) -name '*.go' -not -path '*/.git/*' -not -path '*/testdata/*' -print0 | xargs -0 -r gofmt -l); \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt: these files need formatting:"; echo "$$unformatted"; exit 1; fi
+	@$(MAKE) --no-print-directory test-alerts
 	$(GO) test $(RACE) -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
 ifneq ($(CHAOS),)
 	@$(MAKE) --no-print-directory build
 	$(call chaos-run,$(CHAOS_SHORT_FENCED),$(CHAOS_SHORT_CONTROL),$(CHAOS_SHORT_FLAGS))
 endif
+	@echo "make test: passed: go vet, gofmt, promtool rule tests, go test$(if $(CHAOS), and the chaos runs above)"
 
-# chaos-run runs, per backend, a fenced run of $(1) then a control run of
-# $(2) on the same seed, with extra flags $(3). A fenced run with violations, or a control run
-# without any, fails.
-define chaos-run
-	@for b in $(CHAOS_BACKENDS); do \
-		seed=$(or $(CHAOS_SEED),$$(( $$(date +%s%N) / 1000 % 1000000000 + 1 ))); \
-		bin/fencechaos --backend=$$b --mode=fenced --duration=$(1) --seed=$$seed $(3) $(CHAOS_FLAGS) || exit 1; \
-		bin/fencechaos --backend=$$b --mode=control --duration=$(2) --seed=$$seed $(3) $(CHAOS_FLAGS) || exit 1; \
+.PHONY: test-alerts
+test-alerts: ## Check deploy/prometheus's alert rules and run their unit tests (promtool); every alert must have one.
+	promtool check rules deploy/prometheus/alerts.yml
+	promtool test rules deploy/prometheus/alerts_test.yml
+	@for a in $$(sed -n 's/^ *- alert: *//p' deploy/prometheus/alerts.yml); do \
+		grep -q "alertname: $$a\$$" deploy/prometheus/alerts_test.yml || { echo "test-alerts: no test of alert $$a in alerts_test.yml"; exit 1; }; \
 	done
+
+# chaos-run runs .ci/chaos.sh: per backend, a fenced run of $(1) then a
+# control run of $(2) on the same seed, with extra flags $(3). A fenced run
+# with violations, or a control run without any, fails.
+define chaos-run
+	@CHAOS_BACKENDS='$(CHAOS_BACKENDS)' CHAOS_SEED='$(CHAOS_SEED)' .ci/chaos.sh $(1) $(2) $(3) $(CHAOS_FLAGS)
 endef
 
 .PHONY: chaos
@@ -75,17 +105,34 @@ chaos: deps build ## The long safety campaign: per backend, fenced 30m then cont
 	$(call chaos-run,$(CHAOS_LONG_FENCED),$(CHAOS_LONG_CONTROL))
 
 .PHONY: run
-run: deps build ## Run fencegate with its embedded defaults (fencegate dev).
+run: deps build ## Run fencegate with its embedded defaults (fencegate dev; ARGS='--postgres-port=5433' passes flags).
 	bin/fencegate dev $(ARGS)
+
+.PHONY: install
+install: build ## Install fencegate, its systemd unit and a sample env file (PREFIX=/usr/local, SYSCONFDIR=/etc, DESTDIR).
+	install -D -m 0755 bin/fencegate $(DESTDIR)$(PREFIX)/bin/fencegate
+	@mkdir -p $(DESTDIR)$(PREFIX)/lib/systemd/system
+	sed -e 's|/usr/local/bin/fencegate|$(PREFIX)/bin/fencegate|' -e 's|/etc/fencegate/|$(SYSCONFDIR)/fencegate/|' \
+		deploy/systemd/fencegate.service >$(DESTDIR)$(PREFIX)/lib/systemd/system/fencegate.service
+	@if [[ -e $(DESTDIR)$(SYSCONFDIR)/fencegate/env ]]; then \
+		echo "install: kept $(DESTDIR)$(SYSCONFDIR)/fencegate/env"; \
+	else \
+		echo "install -D -m 0600 deploy/systemd/fencegate.env $(DESTDIR)$(SYSCONFDIR)/fencegate/env"; \
+		install -D -m 0600 deploy/systemd/fencegate.env $(DESTDIR)$(SYSCONFDIR)/fencegate/env; \
+	fi
+
+.PHONY: uninstall
+uninstall: ## Remove what make install installed, except the env file.
+	rm -f $(DESTDIR)$(PREFIX)/bin/fencegate $(DESTDIR)$(PREFIX)/lib/systemd/system/fencegate.service
 
 .PHONY: bench
 bench: deps ## Full benchmark (cmd/fencebench, under 15 min): table and JSON to stdout, report into docs/BENCHMARKS.md.
-	$(GO) build -o bin/ ./cmd/fencegate ./cmd/fencebench
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/fencegate ./cmd/fencebench
 	bin/fencebench --json --markdown docs/BENCHMARKS.md $(BENCHFLAGS)
 
 .PHONY: bench-quick
 bench-quick: deps ## Short benchmark (under 2 min): table and JSON to stdout (BENCHFLAGS= passes flags to fencebench).
-	$(GO) build -o bin/ ./cmd/fencegate ./cmd/fencebench
+	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/fencegate ./cmd/fencebench
 	bin/fencebench --quick --json $(BENCHFLAGS)
 
 .PHONY: generate

@@ -16,6 +16,13 @@ have protoc || missing+=(protobuf-compiler)
 have redis-server || missing+=(redis-server)
 # etcdctl for the walkthrough (etcd itself is embedded in the binary).
 have etcdctl || missing+=(etcd-client)
+# A real etcd 3.4 server, for the test of an idle election watch on it.
+have etcd || missing+=(etcd-server)
+# promtool, for the unit tests of deploy/prometheus's alert rules.
+have promtool || missing+=(prometheus)
+# curl and jq for the README walkthrough and its test.
+have curl || missing+=(curl)
+have jq || missing+=(jq)
 
 # PostgreSQL server binaries: Debian keeps them off PATH.
 have_postgres() {
@@ -43,10 +50,22 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 
+# etcd-server and prometheus are wanted for their binaries only; on a machine
+# running systemd their packages start services, and the system etcd would
+# take 127.0.0.1:2379 from `make run`'s embedded one.
+if [[ -d /run/systemd/system ]]; then
+	for pkg in etcd-server:etcd prometheus:prometheus; do
+		if [[ " ${missing[*]} " == *" ${pkg%%:*} "* ]]; then
+			echo "deps: stopping and disabling the ${pkg#*:} service that ${pkg%%:*} installed"
+			systemctl disable --now "${pkg#*:}" >/dev/null 2>&1 || true
+		fi
+	done
+fi
+
 # Check again: a package that installed but did not provide what we look for
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
-	have redis-server && have etcdctl && have_postgres || {
+	have redis-server && have etcdctl && have etcd && have promtool && have curl && have jq && have_postgres || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

@@ -211,7 +211,13 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer wcancel()
-	wch := w.client.Watch(wctx, w.root, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision+1),
+	// The watch starts at the list's own revision, not the one after: etcd
+	// 3.5 and later answer a progress request only once the store has
+	// reached every watch's start revision, so on an idle etcd a watch
+	// starting at list+1 would never hear back and would be given up every
+	// other check. The events of the list's revision come again; applying
+	// them to the list they are part of changes nothing.
+	wch := w.client.Watch(wctx, w.root, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision),
 		clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
 	check := time.NewTicker(w.checkInterval)
 	defer check.Stop()

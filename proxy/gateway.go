@@ -300,15 +300,22 @@ func (g *Gateway) finish(ctx context.Context, backend int, fence string, t token
 		}
 		reason = r.Reason
 		if log, suppressed := g.refusals.admit(refusalKey{backend, fence, reason, t}, now); log {
-			attrs := []slog.Attr{
+			attrs := make([]slog.Attr, 0, 8)
+			attrs = append(attrs,
 				slog.String("backend", backends[backend]),
 				slog.String("fence", fence),
 				slog.Uint64("token", uint64(t)),
 				slog.String("reason", string(reason)),
-				slog.Uint64("high_water", uint64(r.HighWater)),
-				slog.Uint64("term", uint64(r.Term)),
-				slog.String("err", err.Error()),
+			)
+			// Zero means unknown: never looked up (COMMAND_NOT_ALLOWED, INVALID_REQUEST
+			// are refused before the fence is read), or no leader.
+			if r.HighWater != 0 {
+				attrs = append(attrs, slog.Uint64("high_water", uint64(r.HighWater)))
 			}
+			if r.Term != 0 {
+				attrs = append(attrs, slog.Uint64("term", uint64(r.Term)))
+			}
+			attrs = append(attrs, slog.String("err", err.Error()))
 			if suppressed > 0 {
 				attrs = append(attrs, slog.Uint64("identical_not_logged", suppressed))
 			}

@@ -71,7 +71,7 @@ func runCampaign(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "workers' request timeout (then the outcome is unknown)")
 	fs.Float64Var(&cfg.RecklessP, "reckless", 0.6, "probability that a worker leads a term recklessly (keeps writing after it is over)")
 	fs.Float64Var(&cfg.HTTPP, "http", 0.5, "probability that a fenced write goes over HTTP/JSON rather than gRPC")
-	fs.IntVar(&cfg.PrintMax, "print-violations", 20, "violations printed in full (all are counted)")
+	fs.IntVar(&cfg.PrintMax, "print-violations", 20, "violations printed in full (all are counted, and summed up by kind)")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only violations and the result line")
 	faults := fs.String("faults", "", "comma-separated fault kinds to inject (default all): "+strings.Join(faultNames(), ", "))
 	if err := fs.Parse(args); err != nil {
@@ -299,7 +299,7 @@ func (c *campaign) report(stored []Record, hist *History, vs []Violation) {
 			fmt.Println(v)
 		}
 	}
-	if len(vs) > c.cfg.PrintMax {
+	if c.cfg.PrintMax > 0 && len(vs) > c.cfg.PrintMax {
 		fmt.Printf("... and %d more violations\n", len(vs)-c.cfg.PrintMax)
 	}
 	var kinds []string

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"flag"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -17,15 +16,25 @@ import (
 const devSummary = `Serve on embedded defaults, for trying fencegate out: an embedded etcd with
 its client URL on 127.0.0.1:2379, a throwaway PostgreSQL made with this
 machine's server binaries and a throwaway Redis (when redis-server is
-installed), each on a free port, and the gateway on its default ports. Everything is removed on Ctrl-C or SIGTERM.`
+installed), each on a free port (or --postgres-port, --redis-port), and the
+gateway on its default ports. Everything is removed on Ctrl-C or SIGTERM.`
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := defaultServeConfig()
 	etcdURL := "http://127.0.0.1:2379"
+	var pgPort, redisPort int
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
 	fs.StringVar(&etcdURL, "etcd-listen", etcdURL, "client URL of the embedded etcd")
+	fs.IntVar(&pgPort, "postgres-port", 0, "TCP port of the throwaway PostgreSQL on 127.0.0.1 (0: a free one)")
+	fs.IntVar(&redisPort, "redis-port", 0, "TCP port of the throwaway Redis on 127.0.0.1 (0: a free one)")
 	cfg.register(fs, false)
 	if err := parseFlags(fs, args, stdout, stderr, devSummary); err != nil {
+		return err
+	}
+	if err := validatePort("--postgres-port", pgPort); err != nil {
+		return err
+	}
+	if err := validatePort("--redis-port", redisPort); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
@@ -47,7 +56,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	defer etcd.Close()
 
 	log.Info("starting throwaway PostgreSQL")
-	pg, err := pgthrowaway.Start(ctx, pgthrowaway.Options{})
+	pg, err := pgthrowaway.Start(ctx, pgthrowaway.Options{Port: pgPort})
 	if err != nil {
 		return err
 	}
@@ -66,61 +75,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		log.Warn("Redis disabled: redis-server not found (install Debian package redis-server)")
 	} else {
 		log.Info("starting throwaway Redis")
-		rd, err := redisthrowaway.Start(ctx, redisthrowaway.Options{})
+		rd, err := redisthrowaway.Start(ctx, redisthrowaway.Options{Port: redisPort})
 		if err != nil {
 			return err
 		}
 		defer rd.Close()
 		cfg.RedisAddr = rd.Addr()
 	}
-	return serve(ctx, cfg, log, func() { printTryIt(stdout, cfg, pg.DSN()) })
+	return serve(ctx, cfg, log, func() { printDevBanner(stdout, cfg, pg.DSN()) })
 }
 
 // devRole is the role fencegate dev serves PostgreSQL writes as.
 const devRole = "fencegate_dev"
-
-func printTryIt(w io.Writer, cfg serveConfig, adminDSN string) {
-	ep := cfg.EtcdEndpoints
-	fmt.Fprintf(w, `
-fencegate dev is up.
-  etcd        %[1]s  (embedded)
-  PostgreSQL  %[2]s  (throwaway; fencegate writes as role %[9]s)
-  Redis       %[8]s
-  gRPC        %[3]s   HTTP %[4]s
-
-Try it (another terminal):
-  psql '%[2]s' -c 'CREATE TABLE jobs(id int primary key, state text)'
-  ETCDCTL_API=3 etcdctl --endpoints=%[1]s elect %[5]s/jobs worker-1 &   # leader
-  ETCDCTL_API=3 etcdctl --endpoints=%[1]s get --prefix %[5]s/jobs/ -w json  # its create_revision is the token
-  curl -s localhost%[6]s/v1/fences/jobs
-  curl -s -XPOST localhost%[6]s/v1/fences/jobs/sql -H 'Fencing-Token: <token>' \
-    -d '{"statements":[{"sql":"INSERT INTO jobs VALUES ($1, $2)","params":[1,"done"]}]}'
-  curl -s localhost%[6]s/metrics | grep ^fencegate_
-
-Ctrl-C stops everything.
-`, ep, adminDSN, cfg.GRPCAddr, cfg.HTTPAddr, cfg.ElectionPrefix, portOf(cfg.HTTPAddr), redisTry(cfg), redisLine(cfg), devRole)
-}
-
-func redisLine(cfg serveConfig) string {
-	if cfg.RedisAddr == "" {
-		return "not started: install Debian package redis-server"
-	}
-	return cfg.RedisAddr + "  (throwaway)"
-}
-
-func redisTry(cfg serveConfig) string {
-	if cfg.RedisAddr == "" {
-		return ""
-	}
-	return fmt.Sprintf(`  curl -s -XPOST localhost%s/v1/fences/jobs/redis -H 'Fencing-Token: <token>' \
-    -d '{"commands":[["SET","{jobs}:last","7"],["INCR","{jobs}:count"]]}'
-  redis-cli -p %s GET '{jobs}:last'
-`, portOf(cfg.HTTPAddr), strings.TrimPrefix(portOf(cfg.RedisAddr), ":"))
-}
-
-func portOf(addr string) string {
-	if i := strings.LastIndex(addr, ":"); i >= 0 {
-		return addr[i:]
-	}
-	return addr
-}

@@ -50,6 +50,8 @@ func TestServeErrors(t *testing.T) {
 		{"etcd unreachable", []string{"serve", "--postgres-dsn=postgres://x@127.0.0.1:1/x", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms"}, nil, "etcd at 127.0.0.1:1 is unreachable"},
 		{"env dsn used", []string{"serve", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms"}, map[string]string{"FENCEGATE_POSTGRES_DSN": "postgres://x"}, "etcd at"},
 		{"unknown command", []string{"frobnicate"}, nil, "usage"},
+		{"dev postgres port", []string{"dev", "--postgres-port=70000"}, nil, "--postgres-port=70000: want a TCP port"},
+		{"dev redis port", []string{"dev", "--redis-port=-1"}, nil, "--redis-port=-1: want a TCP port"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -65,6 +67,26 @@ func TestServeErrors(t *testing.T) {
 				t.Errorf("got a multi-line error %q, want one line", err)
 			}
 		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if err := run(t.Context(), []string{"version"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	// The test binary is not stamped; `make build` is (see the Makefile).
+	if got, want := stdout.String(), "fencegate devel (commit "; !strings.HasPrefix(got, want) {
+		t.Errorf("got %q, want it to start with %q", got, want)
+	}
+	Version, Commit = "v1.2.3", "0123abc"
+	defer func() { Version, Commit = "", "" }()
+	stdout.Reset()
+	if err := run(t.Context(), []string{"version"}, &stdout, &stderr); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := stdout.String(), "fencegate v1.2.3 (commit 0123abc, go"; !strings.HasPrefix(got, want) {
+		t.Errorf("got %q, want it to start with %q", got, want)
 	}
 }
 
@@ -110,8 +132,10 @@ func TestDev(t *testing.T) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	if !strings.Contains(stdout.String(), "etcdctl") || !strings.Contains(stdout.String(), "curl") {
-		t.Errorf("got stdout %q, want a try-it block with etcdctl and curl", stdout.String())
+	for _, want := range []string{"export ETCDCTL_ENDPOINTS=http://" + etcdAddr, "FG_HTTP=" + httpAddr, "FG_GRPC=" + grpcAddr, "export DSN='postgres://", "REDIS_PORT="} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("got stdout %q, want the walkthrough's variables, with %q", stdout.String(), want)
+		}
 	}
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {

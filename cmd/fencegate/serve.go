@@ -53,7 +53,7 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
-	opts := &slog.HandlerOptions{Level: lv}
+	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationsAsText}
 	switch format {
 	case "text":
 		return slog.New(slog.NewTextHandler(w, opts)), nil
@@ -156,8 +156,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		return gw.Ready(ctx)
 	}
+	readiness := newReadiness(reg, log, ready)
+	readiness.register(gs)
 	handler, err := srv.HTTPHandler(ctx, api.HTTPConfig{
-		Ready:   ready,
+		Ready:   readiness.Check,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 	})
 	if err != nil {
@@ -176,6 +178,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		log.Info("serving pprof", "addr", ps)
 	}
 	g.Go(func() error { return watcher.Run(gctx) })
+	g.Go(func() error { return readiness.run(gctx, readinessInterval) })
 	g.Go(func() error {
 		if err := gs.Serve(grpcLis); err != nil {
 			return fmt.Errorf("grpc: %w", err)

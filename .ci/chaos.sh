@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The safety campaign's runs (docs/SAFETY.md), as `make test` and `make chaos`
+# start them: per backend, a fenced run then a control run on the same seed.
+# A fenced run with violations, or a control run without any, fails. The
+# control run's violations are expected, so only their count by kind is
+# printed, and the last lines say what passed.
+#
+# Usage: .ci/chaos.sh FENCED_DURATION CONTROL_DURATION [fencechaos flags...]
+# Environment: CHAOS_BACKENDS (default "postgres redis"), CHAOS_SEED (default:
+# a new seed per backend, printed).
+set -euo pipefail
+
+fenced=$1 control=$2
+shift 2
+
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+
+# field NAME LINE prints the number NAME=<n> in a fencechaos result line.
+field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$2"; }
+
+summary=()
+for b in ${CHAOS_BACKENDS:-postgres redis}; do
+	seed=${CHAOS_SEED:-$(($(date +%s%N) / 1000 % 1000000000 + 1))}
+	bin/fencechaos --backend="$b" --mode=fenced --duration="$fenced" --seed="$seed" "$@" | tee "$logs/fenced"
+	bin/fencechaos --backend="$b" --mode=control --duration="$control" --seed="$seed" --print-violations=0 "$@" | tee "$logs/control"
+	f=$(grep '^fencechaos backend=' "$logs/fenced" | tail -n1)
+	c=$(grep '^fencechaos backend=' "$logs/control" | tail -n1)
+	summary+=("chaos $b (seed $seed): fenced $(field violations "$f") violations in $(field ops "$f") writes, $(field zombie_writes_attempted "$f") of them by zombies; control $(field violations "$c") violations, as it must")
+done
+echo
+printf '%s\n' "${summary[@]}"

@@ -46,6 +46,7 @@ type campaignConfig struct {
 	Timeout      time.Duration
 	RecklessP    float64
 	HTTPP        float64
+	HostileP     float64
 	PrintMax     int
 	Faults       []string
 	Quiet        bool
@@ -71,6 +72,7 @@ func runCampaign(ctx context.Context, args []string) int {
 	fs.DurationVar(&cfg.Timeout, "timeout", time.Second, "workers' request timeout (then the outcome is unknown)")
 	fs.Float64Var(&cfg.RecklessP, "reckless", 0.6, "probability that a worker leads a term recklessly (keeps writing after it is over)")
 	fs.Float64Var(&cfg.HTTPP, "http", 0.5, "probability that a fenced write goes over HTTP/JSON rather than gRPC")
+	fs.Float64Var(&cfg.HostileP, "hostile", 0, "probability that a leading worker sends an attack, with its own valid token, before a write (fenced mode only; see docs/SAFETY.md)")
 	fs.IntVar(&cfg.PrintMax, "print-violations", 20, "violations printed in full (all are counted, and summed up by kind)")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only violations and the result line")
 	faults := fs.String("faults", "", "comma-separated fault kinds to inject (default all): "+strings.Join(faultNames(), ", "))
@@ -86,6 +88,10 @@ func runCampaign(ctx context.Context, args []string) int {
 	}
 	if cfg.Mode != "fenced" && cfg.Mode != "control" {
 		fmt.Fprintf(os.Stderr, "fencechaos: --mode %q: want fenced or control\n", cfg.Mode)
+		return 2
+	}
+	if cfg.HostileP < 0 || cfg.HostileP > 1 {
+		fmt.Fprintf(os.Stderr, "fencechaos: --hostile %v: want a probability from 0 to 1\n", cfg.HostileP)
 		return 2
 	}
 	if cfg.Workers < 3 {
@@ -125,7 +131,7 @@ func runCampaign(ctx context.Context, args []string) int {
 	}
 
 	c := &campaign{cfg: cfg, self: self, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfe4ce)), held: map[*child]bool{}}
-	c.logf("seed=%d backend=%s mode=%s duration=%s fencegate=%s", cfg.Seed, cfg.Backend, cfg.Mode, cfg.Duration, cfg.FencegateBin)
+	c.logf("seed=%d backend=%s mode=%s duration=%s hostile=%v fencegate=%s", cfg.Seed, cfg.Backend, cfg.Mode, cfg.Duration, c.hostile(), cfg.FencegateBin)
 	res, err := c.run(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fencechaos: %v\n", err)
@@ -156,10 +162,11 @@ type result struct {
 }
 
 func (r result) line(cfg campaignConfig) string {
-	return fmt.Sprintf("fencechaos backend=%s mode=%s seed=%d duration=%d ops=%d acked=%d refused=%d unknown=%d faults=%d leader_changes=%d zombie_writes_attempted=%d violations=%d",
+	return fmt.Sprintf("fencechaos backend=%s mode=%s seed=%d duration=%d ops=%d acked=%d refused=%d unknown=%d faults=%d leader_changes=%d zombie_writes_attempted=%d violations=%d hostile_attempts=%d hostile_accepted=%d",
 		cfg.Backend, cfg.Mode, cfg.Seed, int(r.elapsed.Round(time.Second)/time.Second),
 		r.counts.Ops, r.counts.Acked, r.counts.Refused, r.counts.Unknown,
-		r.faults, r.leaderChanges, r.counts.Zombie, r.violations)
+		r.faults, r.leaderChanges, r.counts.Zombie, r.violations,
+		r.counts.Hostile, r.counts.HostileAccepted)
 }
 
 // campaign is one run: the cluster, the workers and the fault schedule.
@@ -202,6 +209,17 @@ type workerSlot struct {
 }
 
 func (w *workerSlot) name() string { return fmt.Sprintf("w%d.%d", w.idx, w.inc) }
+
+// hostile reports whether the workers attack: only through fencegate. In
+// control mode an attack would go straight to the backend as its
+// superuser, which would test PostgreSQL's or Redis's defences, not
+// fencegate's, and wreck the ledger the control check needs.
+func (c *campaign) hostile() bool { return c.cfg.Mode == "fenced" && c.cfg.HostileP > 0 }
+
+// otherFence is the fence the attacks aim at besides their own. The
+// campaign gives it one write of its own at the start, so its mark is
+// known and must stay.
+func (c *campaign) otherFence() string { return c.cfg.Fence + "-other" }
 
 func (c *campaign) logf(format string, args ...any) {
 	if c.cfg.Quiet {
@@ -248,6 +266,11 @@ func (c *campaign) run(ctx context.Context) (res result, err error) {
 	if err := c.startGateways(ctx); err != nil {
 		return res, err
 	}
+	if c.hostile() {
+		if err := c.writeOtherFence(ctx); err != nil {
+			return res, fmt.Errorf("the attacks' other fence: %w", err)
+		}
+	}
 	if err := c.startWorkers(); err != nil {
 		return res, err
 	}
@@ -274,9 +297,9 @@ func (c *campaign) run(ctx context.Context) (res result, err error) {
 	c.logf("faults over (%d injected); stopping workers and gateways", res.faults)
 	c.quiesce()
 
-	stored, err := c.readStored(ctx)
+	st, err := c.readBackend(ctx)
 	if err != nil {
-		return res, fmt.Errorf("read stored records: %w", err)
+		return res, fmt.Errorf("read the backend: %w", err)
 	}
 	hist, err := readHistories(filepath.Join(c.dir, "hist"))
 	if err != nil {
@@ -284,7 +307,19 @@ func (c *campaign) run(ctx context.Context) (res result, err error) {
 	}
 	res.counts = hist.Counts()
 	res.leaderChanges = max(hist.Elections[c.cfg.Fence]-1, 0)
+	stored := st.stored[c.cfg.Fence]
 	vs := Check(c.cfg.Fence, stored, hist)
+	if c.cfg.Mode == "fenced" {
+		// Only fencegate keeps marks; control mode has none to check.
+		if c.hostile() {
+			vs = append(vs, Check(c.otherFence(), st.stored[c.otherFence()], hist)...)
+		}
+		vs = append(vs, CheckMarks(st.marks, st.stored, hist)...)
+		vs = append(vs, CheckHostile(c.cfg.Fence, stored, hist)...)
+		for _, s := range st.stray {
+			vs = append(vs, Violation{Kind: KindStray, Fence: c.cfg.Fence, Msg: s})
+		}
+	}
 	res.violations = len(vs)
 	c.report(stored, hist, vs)
 	return res, nil
@@ -315,7 +350,7 @@ func (c *campaign) report(stored []Record, hist *History, vs []Violation) {
 	}
 	reasons := map[string]int{}
 	for _, op := range hist.Ops {
-		if op.Outcome == Refused {
+		if op.Outcome == Refused && !op.hostile() {
 			reasons[op.Reason]++
 		}
 	}
@@ -328,9 +363,59 @@ func (c *campaign) report(stored []Record, hist *History, vs []Violation) {
 		fmt.Printf("fencechaos: processes that exited on their own: %s\n", strings.Join(c.surprises, "; "))
 	}
 	c.logf("stored=%d zombie_writes_stored=%d refusals: %s", len(stored), zombieStored, strings.Join(rs, " "))
+	for _, l := range hostileSummary(hist) {
+		c.logf("hostile %s", l)
+	}
 	if len(kinds) > 0 {
 		fmt.Printf("fencechaos: violations by kind: %s\n", strings.Join(kinds, " "))
 	}
+}
+
+// hostileSummary says, per attack, how often it was sent and what became
+// of it: "advance-other: 61 sent, refused 60 (INVALID_REQUEST=59
+// STALE_TOKEN=1), unknown 1, accepted 0".
+func hostileSummary(h *History) []string {
+	type tally struct {
+		sent, refused, unknown, accepted int
+		reasons                          map[string]int
+	}
+	byAttack := map[string]*tally{}
+	for _, op := range h.Ops {
+		if !op.hostile() || op.Part != 0 {
+			continue
+		}
+		t := byAttack[op.Attack]
+		if t == nil {
+			t = &tally{reasons: map[string]int{}}
+			byAttack[op.Attack] = t
+		}
+		t.sent++
+		switch op.Outcome {
+		case Acked:
+			t.accepted++
+		case Refused:
+			t.refused++
+			t.reasons[op.Reason]++
+		default:
+			t.unknown++
+		}
+	}
+	var lines []string
+	for name, t := range byAttack {
+		var rs []string
+		for r, n := range t.reasons {
+			rs = append(rs, fmt.Sprintf("%s=%d", r, n))
+		}
+		sort.Strings(rs)
+		refused := strconv.Itoa(t.refused)
+		if len(rs) > 0 {
+			refused += " (" + strings.Join(rs, " ") + ")"
+		}
+		lines = append(lines, fmt.Sprintf("%s: %d sent, refused %s, unknown %d, accepted %d",
+			name, t.sent, refused, t.unknown, t.accepted))
+	}
+	sort.Strings(lines)
+	return lines
 }
 
 // freePorts reserves n distinct free loopback ports.
@@ -423,6 +508,13 @@ func (c *campaign) startBackend(ctx context.Context) error {
 		defer conn.Close(ctx)
 		if _, err := conn.Exec(ctx, ledgerDDL); err != nil {
 			return err
+		}
+		if c.hostile() {
+			for _, sql := range evilDDL {
+				if _, err := conn.Exec(ctx, sql); err != nil {
+					return fmt.Errorf("%s: %w", sql, err)
+				}
+			}
 		}
 		// The gateways serve as a role that is not a superuser, as in a
 		// deployment; the workers' own checks and control writes use the
@@ -577,6 +669,9 @@ func (c *campaign) startWorkers() error {
 					"--timeout", c.cfg.Timeout.String(),
 					"--zombie-min", (c.cfg.TTL + time.Second).String(),
 					"--zombie-max", (c.cfg.TTL + 3*time.Second).String(),
+				}
+				if c.hostile() {
+					args = append(args, "--hostile", strconv.FormatFloat(c.cfg.HostileP, 'f', -1, 64), "--other-fence", c.otherFence())
 				}
 				if c.pg != nil {
 					args = append(args, "--postgres-dsn", c.pg.DSN())
@@ -747,49 +842,4 @@ func (c *campaign) teardown() {
 	for _, e := range c.etcd {
 		e.stop(5 * time.Second)
 	}
-}
-
-// readStored returns the fence's stored records in commit order.
-func (c *campaign) readStored(ctx context.Context) ([]Record, error) {
-	ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
-	defer cancel()
-	var out []Record
-	if c.pg != nil {
-		conn, err := pgx.Connect(ctx, c.pg.DSN())
-		if err != nil {
-			return nil, err
-		}
-		defer conn.Close(ctx)
-		rows, err := conn.Query(ctx, "SELECT id, fence, worker, token, seq FROM ledger WHERE fence = $1 ORDER BY id", c.cfg.Fence)
-		if err != nil {
-			return nil, err
-		}
-		defer rows.Close()
-		for rows.Next() {
-			var r Record
-			if err := rows.Scan(&r.Key, &r.Fence, &r.Worker, &r.Token, &r.Seq); err != nil {
-				return nil, err
-			}
-			r.Pos = len(out)
-			out = append(out, r)
-		}
-		return out, rows.Err()
-	}
-	vals, err := c.rdc.LRange(ctx, ledgerKey(c.cfg.Fence), 0, -1).Result()
-	if err != nil {
-		return nil, err
-	}
-	for i, v := range vals {
-		parts := strings.Split(v, ":")
-		if len(parts) != 3 {
-			return nil, fmt.Errorf("list element %d: %q is not worker:token:seq", i, v)
-		}
-		tok, err1 := strconv.ParseInt(parts[1], 10, 64)
-		seq, err2 := strconv.ParseInt(parts[2], 10, 64)
-		if err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("list element %d: %q is not worker:token:seq", i, v)
-		}
-		out = append(out, Record{Pos: i, Key: int64(i), Fence: c.cfg.Fence, Worker: parts[0], Token: tok, Seq: seq})
-	}
-	return out, nil
 }

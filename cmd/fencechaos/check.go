@@ -143,3 +143,130 @@ func Check(fence string, stored []Record, h *History) []Violation {
 	}
 	return vs
 }
+
+// Kinds of violation found by CheckMarks and CheckHostile, and by the
+// campaign's look at the backend's state.
+const (
+	// KindMarkAboveTerms: a fence's mark in the backend is above every
+	// term issued for its election: nobody can have earned it.
+	KindMarkAboveTerms = "mark-above-terms"
+	// KindMarkMismatch: a fence's mark is not the highest token accepted
+	// for it: below a stored write's token, or above the token of every
+	// write that may have been applied.
+	KindMarkMismatch = "mark-mismatch"
+	// KindHostileAccepted: fencegate acknowledged a hostile write that
+	// must be refused.
+	KindHostileAccepted = "hostile-accepted"
+	// KindHostileApplied: a hostile write that must be refused was
+	// applied (its records are stored) though its answer was lost.
+	KindHostileApplied = "hostile-applied"
+	// KindCollateral: an ordinary write, which is always valid, was
+	// refused as if it were bad: what a hostile write left behind (a
+	// read-only session, a rule, a retyped key) broke it.
+	KindCollateral = "collateral-refusal"
+	// KindStray: the backend holds something no accepted write made (a
+	// rule, an extension, a key outside the fences, a persistent setting).
+	KindStray = "stray-state"
+)
+
+// collateralReasons are the refusals an ordinary write never deserves:
+// the write is always well-formed and allowed, so these mean something
+// changed what it runs against.
+var collateralReasons = map[string]bool{
+	"STATEMENT_FAILED":    true,
+	"INVALID_REQUEST":     true,
+	"COMMAND_NOT_ALLOWED": true,
+}
+
+// CheckMarks checks every fence's mark in the backend (marks) against the
+// writes that may have set it: the mark is the highest token accepted for
+// the fence, so it is at least the token of every stored write of the
+// fence, at most the token of the highest write not refused, and never
+// above the highest term won in the fence's election (h.Terms). A mark of
+// a fence nobody wrote is above every term. stored holds each fence's
+// stored writes.
+func CheckMarks(marks map[string]int64, stored map[string][]Record, h *History) []Violation {
+	maxStored := map[string]int64{}
+	fences := map[string]bool{}
+	for f, recs := range stored {
+		for _, r := range recs {
+			maxStored[f] = max(maxStored[f], r.Token)
+			fences[f] = true
+		}
+	}
+	maxSent := map[string]int64{}
+	for _, op := range h.Ops {
+		if op.Outcome != Refused {
+			maxSent[op.Fence] = max(maxSent[op.Fence], op.Token)
+		}
+	}
+	for f := range marks {
+		fences[f] = true
+	}
+	names := make([]string, 0, len(fences))
+	for f := range fences {
+		names = append(names, f)
+	}
+	sort.Strings(names)
+
+	var vs []Violation
+	add := func(kind, fence, format string, args ...any) {
+		vs = append(vs, Violation{Kind: kind, Fence: fence, Msg: fmt.Sprintf(format, args...)})
+	}
+	for _, f := range names {
+		mark, ok := marks[f]
+		switch {
+		case !ok:
+			add(KindMarkMismatch, f, "no mark, but a write with token %d is stored", maxStored[f])
+		case mark > h.Terms[f]:
+			add(KindMarkAboveTerms, f, "mark %d is above every term issued for the fence (highest %d)", mark, h.Terms[f])
+		case mark < maxStored[f]:
+			add(KindMarkMismatch, f, "mark %d is below the token %d of a stored write", mark, maxStored[f])
+		case mark > maxSent[f]:
+			add(KindMarkMismatch, f, "mark %d is above the token of every write that may have been applied (highest %d)", mark, maxSent[f])
+		}
+	}
+	return vs
+}
+
+// CheckHostile checks fence's hostile writes and what they left: no attack
+// acknowledged or applied (except abuse, which may be, if harmless), and
+// no ordinary write refused for what it ran against (KindCollateral).
+// Records of refused attacks that are stored are Check's
+// KindRefusedStored.
+func CheckHostile(fence string, stored []Record, h *History) []Violation {
+	var vs []Violation
+	add := func(kind string, op *Op, format string, args ...any) {
+		r := Record{Pos: -1, Key: -1, Fence: op.Fence, Worker: op.ID.Worker, Token: op.Token, Seq: op.ID.Seq}
+		vs = append(vs, Violation{Kind: kind, Fence: fence, Msg: fmt.Sprintf(format, args...), Records: []Record{r}})
+	}
+	applied := map[opID]bool{} // lead write of each stored hostile record
+	for _, r := range stored {
+		if op, ok := h.Ops[r.ID()]; ok && op.hostile() {
+			applied[opID{op.ID.Worker, op.ID.Seq - int64(op.Part)}] = true
+		}
+	}
+	ops := make([]*Op, 0, len(h.Ops))
+	for _, op := range h.Ops {
+		if op.Fence == fence && op.Part == 0 {
+			ops = append(ops, op)
+		}
+	}
+	sort.Slice(ops, func(i, j int) bool {
+		if ops[i].ID.Worker != ops[j].ID.Worker {
+			return ops[i].ID.Worker < ops[j].ID.Worker
+		}
+		return ops[i].ID.Seq < ops[j].ID.Seq
+	})
+	for _, op := range ops {
+		switch {
+		case op.hostile() && !op.Abuse && op.Outcome == Acked:
+			add(KindHostileAccepted, op, "attack %s (write %s, token %d) was accepted", op.Attack, op.ID, op.Token)
+		case op.hostile() && !op.Abuse && op.Outcome == Unknown && applied[op.ID]:
+			add(KindHostileApplied, op, "attack %s (write %s, token %d) was applied; its answer: %s", op.Attack, op.ID, op.Token, op.Reason)
+		case !op.hostile() && op.Outcome == Refused && collateralReasons[op.Reason]:
+			add(KindCollateral, op, "ordinary write %s (token %d) was refused with %s", op.ID, op.Token, op.Reason)
+		}
+	}
+	return vs
+}

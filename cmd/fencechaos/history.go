@@ -31,6 +31,12 @@ type event struct {
 	Seq    int64  `json:"seq,omitempty"`
 	Zombie bool   `json:"z,omitempty"`
 	Reason string `json:"r,omitempty"`
+	// Attack names the hostile write an inv announces (hostile.go); Rows
+	// is the number of ledger records it carries, with seqs Seq to
+	// Seq+Rows-1; Abuse marks an attack that may be accepted if harmless.
+	Attack string `json:"a,omitempty"`
+	Rows   int    `json:"n,omitempty"`
+	Abuse  bool   `json:"ab,omitempty"`
 	At     int64  `json:"at"` // unix nanoseconds
 }
 
@@ -65,6 +71,18 @@ func (h *historyWriter) log(ev event) error {
 	defer h.mu.Unlock()
 	_, err = h.f.Write(append(b, '\n'))
 	return err
+}
+
+// outcome records what became of write seq.
+func (h *historyWriter) outcome(seq int64, out Outcome, reason string) error {
+	typ := evUnknown
+	switch out {
+	case Acked:
+		typ = evAck
+	case Refused:
+		typ = evRefused
+	}
+	return h.log(event{Type: typ, Seq: seq, Reason: reason})
 }
 
 func (h *historyWriter) Close() error { return h.f.Close() }
@@ -102,7 +120,9 @@ type opID struct {
 
 func (id opID) String() string { return fmt.Sprintf("%s#%d", id.Worker, id.Seq) }
 
-// Op is one write attempt and its outcome.
+// Op is one write attempt and its outcome. A hostile write that carries
+// several ledger records is one Op per record, all with the attack's name
+// and outcome; Part numbers them from 0.
 type Op struct {
 	ID      opID
 	Fence   string
@@ -110,24 +130,50 @@ type Op struct {
 	Zombie  bool
 	Outcome Outcome
 	Reason  string
+	Attack  string // "" for an ordinary write
+	Abuse   bool
+	Part    int
 }
+
+// hostile reports whether op is (a record of) a hostile write.
+func (op *Op) hostile() bool { return op.Attack != "" }
 
 // History is every worker's record of one run.
 type History struct {
 	Ops map[opID]*Op
 	// Elections counts the terms won, per fence.
 	Elections map[string]int
+	// Terms is the highest term won, per fence: no term above it was ever
+	// issued to anyone who wrote.
+	Terms map[string]int64
 }
 
-// Counts sums up a history.
+func newHistory() *History {
+	return &History{Ops: map[opID]*Op{}, Elections: map[string]int{}, Terms: map[string]int64{}}
+}
+
+// Counts sums up a history: ordinary writes in the first five, hostile
+// writes in the last two.
 type Counts struct {
 	Ops, Acked, Refused, Unknown, Zombie int
+	// Hostile counts hostile writes; HostileAccepted those acknowledged
+	// that are not abuse (an abuse attack may be accepted if harmless).
+	Hostile, HostileAccepted int
 }
 
 // Counts returns the history's totals.
 func (h *History) Counts() Counts {
 	var c Counts
 	for _, op := range h.Ops {
+		if op.hostile() {
+			if op.Part == 0 {
+				c.Hostile++
+				if op.Outcome == Acked && !op.Abuse {
+					c.HostileAccepted++
+				}
+			}
+			continue
+		}
 		c.Ops++
 		switch op.Outcome {
 		case Acked:
@@ -147,7 +193,7 @@ func (h *History) Counts() Counts {
 // readHistories reads every *.jsonl file in dir. A torn last line (the
 // worker was killed mid-write) is ignored.
 func readHistories(dir string) (*History, error) {
-	h := &History{Ops: map[opID]*Op{}, Elections: map[string]int{}}
+	h := newHistory()
 	files, err := filepath.Glob(filepath.Join(dir, "*.jsonl"))
 	if err != nil {
 		return nil, err
@@ -188,21 +234,32 @@ func (h *History) add(ev event) {
 	switch ev.Type {
 	case evElect:
 		h.Elections[ev.Fence]++
+		h.Terms[ev.Fence] = max(h.Terms[ev.Fence], ev.Token)
 	case evInvoke:
-		h.Ops[id] = &Op{ID: id, Fence: ev.Fence, Token: ev.Token, Zombie: ev.Zombie}
+		for part := range max(ev.Rows, 1) {
+			id := opID{ev.Worker, ev.Seq + int64(part)}
+			h.Ops[id] = &Op{ID: id, Fence: ev.Fence, Token: ev.Token, Zombie: ev.Zombie, Attack: ev.Attack, Abuse: ev.Abuse, Part: part}
+		}
 	case evAck, evRefused, evUnknown:
 		op, ok := h.Ops[id]
 		if !ok {
 			return
 		}
-		op.Reason = ev.Reason
+		out := Unknown
 		switch ev.Type {
 		case evAck:
-			op.Outcome = Acked
+			out = Acked
 		case evRefused:
-			op.Outcome = Refused
-		default:
-			op.Outcome = Unknown
+			out = Refused
+		}
+		op.Outcome, op.Reason = out, ev.Reason
+		// The other records of a hostile write share its outcome.
+		for seq := id.Seq + 1; ; seq++ {
+			next, ok := h.Ops[opID{id.Worker, seq}]
+			if !ok || next.Part == 0 {
+				break
+			}
+			next.Outcome, next.Reason = out, ev.Reason
 		}
 	}
 }

@@ -9,7 +9,12 @@
 //
 // In control mode the workers write straight to the backend, with no
 // fence: the same schedule must then produce violations, which shows the
-// campaign can fail. See docs/SAFETY.md.
+// campaign can fail. With --hostile=P a leading worker also attacks the
+// fence from inside, before a write with probability P: SQL or Redis
+// commands meant to move marks, split its transaction or poison the
+// session, sent with its own valid token (hostile.go); each must be
+// refused, and the backend's marks and state are checked at the end. See
+// docs/SAFETY.md.
 //
 // fencechaos re-executes itself for the etcd members (etcd-member) and the
 // workers (worker); those subcommands are internal.

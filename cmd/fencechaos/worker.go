@@ -81,10 +81,29 @@ type workerConfig struct {
 	ZombieMin     time.Duration
 	ZombieMax     time.Duration
 	ElectionPrefx string
+	HostileP      float64
+	OtherFence    string
 }
 
 // writeFunc sends one record and says what became of it.
 type writeFunc func(ctx context.Context, token, seq int64) (Outcome, string)
+
+// stmt is one SQL statement of a fenced write; params are strings or
+// int64s.
+type stmt struct {
+	sql    string
+	params []any
+}
+
+// request is one fenced write: statements for PostgreSQL, commands for
+// Redis.
+type request struct {
+	stmts []stmt
+	cmds  [][]string
+}
+
+// sendFunc sends one fenced write and says what became of it.
+type sendFunc func(ctx context.Context, token int64, req request) (Outcome, string)
 
 // runWorker campaigns for the fence's election and, while it believes it
 // leads (and, when reckless, for a while after), appends records.
@@ -111,6 +130,8 @@ func runWorker(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.ZombieMin, "zombie-min", 3*time.Second, "shortest time a reckless worker keeps writing after its term is over")
 	fs.DurationVar(&cfg.ZombieMax, "zombie-max", 5*time.Second, "longest time a reckless worker keeps writing after its term is over")
 	fs.StringVar(&cfg.ElectionPrefx, "election-prefix", election.DefaultPrefix, "election prefix")
+	fs.Float64Var(&cfg.HostileP, "hostile", 0, "probability that a leading worker sends an attack before a write (fenced mode)")
+	fs.StringVar(&cfg.OtherFence, "other-fence", "", "the fence the attacks aim at besides their own")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -128,11 +149,14 @@ func runWorker(ctx context.Context, args []string) error {
 	}
 	defer hist.Close()
 
-	write, closeWrite, err := newWriter(ctx, cfg)
+	write, send, closeWrite, err := newWriter(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer closeWrite()
+	if cfg.HostileP > 0 && send == nil {
+		cfg.HostileP = 0 // control mode: attacks are fencegate's to stop (docs/SAFETY.md)
+	}
 
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:            cfg.Etcd,
@@ -147,8 +171,9 @@ func runWorker(ctx context.Context, args []string) error {
 	defer cli.Close()
 
 	w := &worker{
-		cfg: cfg, log: log, hist: hist, write: write, cli: cli,
-		rng: rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		cfg: cfg, log: log, hist: hist, write: write, send: send, cli: cli,
+		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
+		attacks: newAttacker(cfg),
 	}
 	w.watchPauses(ctx)
 	return w.run(ctx)
@@ -159,9 +184,12 @@ type worker struct {
 	log   *slog.Logger
 	hist  *historyWriter
 	write writeFunc
+	send  sendFunc // nil in control mode
 	cli   *clientv3.Client
 	rng   *rand.Rand
 	seq   atomic.Int64
+	// attacks draws the hostile writes (hostile.go); nil when off.
+	attacks *attacker
 
 	// longPauses counts the times the process was stopped for longer than
 	// its TTL and then continued.
@@ -258,11 +286,28 @@ func (w *worker) lead(ctx context.Context, lead *election.Leadership) {
 		}
 		return true, false
 	}
+	// termOver says whether a careful worker steps down after an answer:
+	// when told its term is over.
+	termOver := func(out Outcome, reason string) bool {
+		return !reckless && out == Refused && (reason == "STALE_TOKEN" || reason == "TERM_ENDED")
+	}
 	loop := func() {
 		for ctx.Err() == nil {
 			over, done := stop()
 			if done {
 				return
+			}
+			// A hostile leader attacks with its own valid token, between
+			// its ordinary writes; a zombie's token is refused anyway.
+			if !over && w.attacks.now() {
+				out, reason, err := w.attack(ctx, tok)
+				if err != nil {
+					w.log.Error("history", "err", err)
+					return
+				}
+				if termOver(out, reason) {
+					return
+				}
 			}
 			seq := w.seq.Add(1)
 			if err := w.hist.log(event{Type: evInvoke, Token: tok, Seq: seq, Zombie: over}); err != nil {
@@ -272,16 +317,8 @@ func (w *worker) lead(ctx context.Context, lead *election.Leadership) {
 			rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Timeout)
 			out, reason := w.write(rctx, tok, seq)
 			cancel()
-			typ := evUnknown
-			switch out {
-			case Acked:
-				typ = evAck
-			case Refused:
-				typ = evRefused
-			}
-			_ = w.hist.log(event{Type: typ, Seq: seq, Reason: reason})
-			if !reckless && out == Refused && (reason == "STALE_TOKEN" || reason == "TERM_ENDED") {
-				// A careful worker steps down when told its term is over.
+			_ = w.hist.outcome(seq, out, reason)
+			if termOver(out, reason) {
 				return
 			}
 			sleep(ctx, w.cfg.Interval)
@@ -316,33 +353,57 @@ func splitList(s string) []string {
 }
 
 // newWriter returns how the worker sends a record: through fencegate, or
-// straight to the backend in control mode.
-func newWriter(ctx context.Context, cfg workerConfig) (writeFunc, func(), error) {
+// straight to the backend in control mode. In fenced mode it also returns
+// how to send any write (send), which control mode has not.
+func newWriter(ctx context.Context, cfg workerConfig) (writeFunc, sendFunc, func(), error) {
 	switch {
 	case cfg.Mode == "fenced":
-		return newFencedWriter(cfg)
+		send, closeSend, err := newFencedSender(cfg)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		write := func(ctx context.Context, token, seq int64) (Outcome, string) {
+			return send(ctx, token, recordRequest(cfg, token, seq))
+		}
+		return write, send, closeSend, nil
 	case cfg.Mode == "control" && cfg.Backend == "postgres":
 		pc, err := pgxpool.ParseConfig(cfg.PostgresDSN)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		pc.MaxConns = 2
 		pool, err := pgxpool.NewWithConfig(ctx, pc)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		return func(ctx context.Context, token, seq int64) (Outcome, string) {
 			_, err := pool.Exec(ctx, ledgerInsert, cfg.Fence, cfg.ID, token, seq)
 			return pgOutcome(err)
-		}, pool.Close, nil
+		}, nil, pool.Close, nil
 	case cfg.Mode == "control" && cfg.Backend == "redis":
 		rc := goredis.NewClient(&goredis.Options{Addr: cfg.RedisAddr, MaxRetries: -1, DialTimeout: time.Second})
 		return func(ctx context.Context, token, seq int64) (Outcome, string) {
 			err := rc.RPush(ctx, ledgerKey(cfg.Fence), redisRecord(cfg.ID, token, seq)).Err()
 			return redisOutcome(err)
-		}, func() { rc.Close() }, nil
+		}, nil, func() { rc.Close() }, nil
 	}
-	return nil, nil, fmt.Errorf("worker: unknown mode %q or backend %q", cfg.Mode, cfg.Backend)
+	return nil, nil, nil, fmt.Errorf("worker: unknown mode %q or backend %q", cfg.Mode, cfg.Backend)
+}
+
+// recordRequest is the ordinary write of record (token, seq).
+func recordRequest(cfg workerConfig, token, seq int64) request {
+	if cfg.Backend == "postgres" {
+		return request{stmts: []stmt{recordStmt(cfg, token, seq)}}
+	}
+	return request{cmds: [][]string{recordCmd(cfg, token, seq)}}
+}
+
+func recordStmt(cfg workerConfig, token, seq int64) stmt {
+	return stmt{sql: ledgerInsert, params: []any{cfg.Fence, cfg.ID, token, seq}}
+}
+
+func recordCmd(cfg workerConfig, token, seq int64) []string {
+	return []string{"RPUSH", ledgerKey(cfg.Fence), redisRecord(cfg.ID, token, seq)}
 }
 
 // pgOutcome classifies a direct INSERT's error.
@@ -373,10 +434,10 @@ func redisOutcome(err error) (Outcome, string) {
 	return Unknown, err.Error()
 }
 
-// newFencedWriter sends records through fencegate, each over gRPC or, with
+// newFencedSender sends writes through fencegate, each over gRPC or, with
 // probability cfg.HTTPP, over HTTP/JSON, spread round-robin over the
 // replicas.
-func newFencedWriter(cfg workerConfig) (writeFunc, func(), error) {
+func newFencedSender(cfg workerConfig) (sendFunc, func(), error) {
 	if len(cfg.Gateways) == 0 {
 		return nil, nil, errors.New("worker: --gateways is required in fenced mode")
 	}
@@ -398,32 +459,56 @@ func newFencedWriter(cfg workerConfig) (writeFunc, func(), error) {
 		return nil, nil, err
 	}
 	gw := fencegatev1.NewGatewayClient(conn)
-	viaHTTP := newHTTPWriter(cfg)
+	viaHTTP := newHTTPSender(cfg)
+	// The writing goroutines share the draw.
+	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x4777))
-	return func(ctx context.Context, token, seq int64) (Outcome, string) {
-		if rng.Float64() < cfg.HTTPP {
-			return viaHTTP(ctx, token, seq)
+	return func(ctx context.Context, token int64, req request) (Outcome, string) {
+		mu.Lock()
+		useHTTP := rng.Float64() < cfg.HTTPP
+		mu.Unlock()
+		if useHTTP {
+			return viaHTTP(ctx, token, req)
 		}
 		ctx = metadata.AppendToOutgoingContext(ctx, "fencing-token", strconv.FormatInt(token, 10))
 		var err error
 		switch cfg.Backend {
 		case "postgres":
-			_, err = gw.Exec(ctx, &fencegatev1.ExecRequest{
-				Fence: cfg.Fence,
-				Statements: []*fencegatev1.Statement{{
-					Sql: ledgerInsert,
-					Params: []*structpb.Value{
-						structpb.NewStringValue(cfg.Fence), structpb.NewStringValue(cfg.ID),
-						structpb.NewNumberValue(float64(token)), structpb.NewNumberValue(float64(seq)),
-					},
-				}},
-			})
+			_, err = gw.Exec(ctx, &fencegatev1.ExecRequest{Fence: cfg.Fence, Statements: grpcStatements(req.stmts)})
 		default:
-			cmd, _ := structpb.NewList([]any{"RPUSH", ledgerKey(cfg.Fence), redisRecord(cfg.ID, token, seq)})
-			_, err = gw.Redis(ctx, &fencegatev1.RedisRequest{Fence: cfg.Fence, Commands: []*structpb.ListValue{cmd}})
+			_, err = gw.Redis(ctx, &fencegatev1.RedisRequest{Fence: cfg.Fence, Commands: grpcCommands(req.cmds)})
 		}
 		return grpcOutcome(err)
 	}, func() { conn.Close() }, nil
+}
+
+func grpcStatements(stmts []stmt) []*fencegatev1.Statement {
+	out := make([]*fencegatev1.Statement, len(stmts))
+	for i, st := range stmts {
+		ps := make([]*structpb.Value, len(st.params))
+		for j, p := range st.params {
+			switch p := p.(type) {
+			case int64:
+				ps[j] = structpb.NewNumberValue(float64(p)) // tokens and seqs are far below 2^53
+			default:
+				ps[j] = structpb.NewStringValue(fmt.Sprint(p))
+			}
+		}
+		out[i] = &fencegatev1.Statement{Sql: st.sql, Params: ps}
+	}
+	return out
+}
+
+func grpcCommands(cmds [][]string) []*structpb.ListValue {
+	out := make([]*structpb.ListValue, len(cmds))
+	for i, c := range cmds {
+		vs := make([]*structpb.Value, len(c))
+		for j, a := range c {
+			vs[j] = structpb.NewStringValue(a)
+		}
+		out[i] = &structpb.ListValue{Values: vs}
+	}
+	return out
 }
 
 // grpcOutcome classifies fencegate's answer. A refusal says nothing was
@@ -447,35 +532,40 @@ func grpcOutcome(err error) (Outcome, string) {
 	return Unknown, st.Code().String() + ": " + st.Message()
 }
 
-// newHTTPWriter sends records through fencegate's HTTP/JSON API, round-robin
-// over the replicas. Unlike a gRPC deadline, the client's timeout is not
-// sent with the request: fencegate learns of it only when the connection
-// closes, as with most HTTP clients.
-func newHTTPWriter(cfg workerConfig) writeFunc {
+// newHTTPSender sends writes through fencegate's HTTP/JSON API,
+// round-robin over the replicas. Unlike a gRPC deadline, the client's
+// timeout is not sent with the request: fencegate learns of it only when
+// the connection closes, as with most HTTP clients.
+func newHTTPSender(cfg workerConfig) sendFunc {
 	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
-	var next int
-	return func(ctx context.Context, token, seq int64) (Outcome, string) {
-		addr := cfg.HTTPGateways[next%len(cfg.HTTPGateways)]
-		next++
+	var next atomic.Uint64
+	return func(ctx context.Context, token int64, req request) (Outcome, string) {
+		addr := cfg.HTTPGateways[(next.Add(1)-1)%uint64(len(cfg.HTTPGateways))]
 		var path string
 		var body []byte
 		switch cfg.Backend {
 		case "postgres":
 			path = "/v1/fences/" + cfg.Fence + "/sql"
-			body, _ = json.Marshal(map[string]any{"statements": []any{map[string]any{
-				"sql": ledgerInsert, "params": []any{cfg.Fence, cfg.ID, token, seq},
-			}}})
+			stmts := make([]any, len(req.stmts))
+			for i, st := range req.stmts {
+				m := map[string]any{"sql": st.sql}
+				if len(st.params) > 0 {
+					m["params"] = st.params
+				}
+				stmts[i] = m
+			}
+			body, _ = json.Marshal(map[string]any{"statements": stmts})
 		default:
 			path = "/v1/fences/" + cfg.Fence + "/redis"
-			body, _ = json.Marshal(map[string]any{"commands": [][]string{{"RPUSH", ledgerKey(cfg.Fence), redisRecord(cfg.ID, token, seq)}}})
+			body, _ = json.Marshal(map[string]any{"commands": req.cmds})
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
 		if err != nil {
 			return Unknown, err.Error()
 		}
-		req.Header.Set("Content-Type", "application/json")
-		req.Header.Set("Fencing-Token", strconv.FormatInt(token, 10))
-		resp, err := hc.Do(req)
+		hreq.Header.Set("Content-Type", "application/json")
+		hreq.Header.Set("Fencing-Token", strconv.FormatInt(token, 10))
+		resp, err := hc.Do(hreq)
 		if err != nil {
 			return Unknown, "HTTP: " + err.Error()
 		}

@@ -172,6 +172,9 @@ func TestCallerSQLAttacks(t *testing.T) {
 		{"statement timeout", "SELECT set_config('statement_timeout', '0', false)", tokens.ReasonInvalidRequest, ""},
 		{"temp table shadow", "CREATE TEMP TABLE " + victim + "(n int)", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
 		{"rule", "CREATE RULE drop_all AS ON INSERT TO " + victim + " DO INSTEAD NOTHING", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		// Only the parser stands here: a session lock taken would stay with
+		// the pooled connection (migrate would wait on it).
+		{"migration lock", "SELECT pg_advisory_lock(7378424937698517364)", tokens.ReasonInvalidRequest, ""},
 		{"dblink", "CREATE EXTENSION dblink", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
 		{"read a file", "SELECT pg_read_file('/etc/passwd')", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
 		{"run a program", "COPY (SELECT 1) TO PROGRAM 'id'", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},

@@ -114,3 +114,21 @@ func TestSQLCheckStatementsPassBothChecks(t *testing.T) {
 		t.Errorf("first statement %q, want the write path's %q", sqlcheckStatements[0].sql, insertSQL)
 	}
 }
+
+// TestOldFilterMissesAttacks records why the filter was replaced, and that
+// the copy measured here is the old filter: it let these through.
+func TestOldFilterMissesAttacks(t *testing.T) {
+	for _, sql := range []string{
+		"-- x\rCOMMIT\nWORK",
+		`SELECT * FROM fencegate/**/.fences`,
+		`SELECT * FROM U&"fenc\0065gate".fences`,
+		`SELECT set_config('search_path','evil, pg_catalog, public', false)`,
+		`SELECT pg_advisory_lock(7378424937698517364)`,
+		`CREATE RULE r AS ON INSERT TO t DO INSTEAD NOTHING`,
+		`CREATE TEMP TABLE jobs(id int)`,
+	} {
+		if msg := oldCheckStatement(sql); msg != "" {
+			t.Errorf("oldCheckStatement(%q): got %q, want it missed (the copy is not the old filter)", sql, msg)
+		}
+	}
+}

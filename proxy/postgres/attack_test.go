@@ -265,3 +265,20 @@ func TestResultLimits(t *testing.T) {
 		t.Errorf("columns: got %v, want [a a]", got)
 	}
 }
+
+// TestHugeServerErrorIsClipped: PostgreSQL quotes the offending value in
+// some errors, so a statement can make the server's error as large as it
+// likes. The refusal, returned to the caller and logged, stays small.
+func TestHugeServerErrorIsClipped(t *testing.T) {
+	t.Parallel()
+	_, err := backend.Exec(t.Context(), unique("fence"), 1, []Statement{
+		{SQL: "SELECT repeat('x', 10000000)::int"},
+	})
+	r := refusal(t, err, tokens.ReasonStatementFailed)
+	if got := len(err.Error()); got > 4<<10 {
+		t.Errorf("refusal is %d bytes, want at most 4 KiB", got)
+	}
+	if r.Metadata["sqlstate"] != "22P02" {
+		t.Errorf("sqlstate: got %q, want 22P02", r.Metadata["sqlstate"])
+	}
+}

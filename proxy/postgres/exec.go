@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -78,6 +79,7 @@ func (b *Backend) refusal(c *call, at int, err error, sent bool) *tokens.Refusal
 	t := c.token
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		clipPgError(pgErr)
 		r.Metadata = map[string]string{"sqlstate": pgErr.Code}
 		r.Err = pgErr
 		switch {
@@ -141,6 +143,27 @@ func (b *Backend) refusal(c *call, at int, err error, sent bool) *tokens.Refusal
 		r.Msg += ": timed out"
 	}
 	return r
+}
+
+// maxErrorText bounds each text field of a server error that fencegate
+// passes on and logs. PostgreSQL quotes the offending value in some errors
+// (invalid input syntax for type integer: "..."), so a statement could
+// otherwise make its refusal, and the log line, as large as it likes.
+const maxErrorText = 1 << 10
+
+// clipPgError cuts pgErr's text fields to maxErrorText bytes, at a rune
+// boundary. The pipeline owns pgErr: nothing else holds it.
+func clipPgError(pgErr *pgconn.PgError) {
+	for _, f := range []*string{&pgErr.Message, &pgErr.Detail, &pgErr.Hint, &pgErr.Where, &pgErr.InternalQuery} {
+		if len(*f) <= maxErrorText {
+			continue
+		}
+		cut := maxErrorText
+		for cut > 0 && !utf8.RuneStart((*f)[cut]) {
+			cut--
+		}
+		*f = (*f)[:cut] + "… (" + strconv.Itoa(len(*f)-cut) + " more bytes)"
+	}
 }
 
 // parseHighWater reads fencegate.advance's DETAIL "high_water=<n>".

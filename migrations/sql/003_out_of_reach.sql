@@ -103,7 +103,8 @@ $$;
 -- check_result is the guard fencegate wraps around a statement that returns
 -- rows, so a result over the limits fails the statement, and the whole
 -- write rolls back, inside the database: nothing is committed that
--- fencegate would then refuse to return. Anyone may call it; it only raises.
+-- fencegate would then refuse to return. n_rows may stop counting past
+-- max_rows. Anyone may call it; it only raises.
 CREATE FUNCTION fencegate.check_result(n_rows bigint, n_bytes bigint, max_rows bigint, max_bytes bigint)
 RETURNS boolean
 LANGUAGE plpgsql
@@ -114,7 +115,7 @@ BEGIN
     IF n_rows OPERATOR(pg_catalog.>) max_rows THEN
         RAISE EXCEPTION USING
             ERRCODE = 'FG007',
-            MESSAGE = pg_catalog.format('result of %s rows is over the limit of %s rows', n_rows, max_rows);
+            MESSAGE = pg_catalog.format('result is over the limit of %s rows', max_rows);
     END IF;
     IF COALESCE(n_bytes, 0) OPERATOR(pg_catalog.>) max_bytes THEN
         RAISE EXCEPTION USING

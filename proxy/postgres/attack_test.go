@@ -234,6 +234,9 @@ func TestResultLimits(t *testing.T) {
 		want string // in the refusal
 	}{
 		{"rows", "SELECT generate_series(1, 1000000)", "over the limit of 100 rows"},
+		// Refused when the guard has read one row past the limit, well
+		// before the write's time limit would cancel it.
+		{"far more rows", "SELECT generate_series(1, 100000000), repeat('x', 100)", "over the limit of 100 rows"},
 		{"returning rows", "INSERT INTO " + table + " SELECT g, 'x' FROM generate_series(1, 1000) g RETURNING n", "over the limit of 100 rows"},
 		{"bytes", "INSERT INTO " + table + " SELECT g, repeat('x', 10000) FROM generate_series(1, 10) g RETURNING *", "bytes is over the limit"},
 	}

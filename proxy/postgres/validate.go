@@ -68,8 +68,14 @@ func (b *Backend) sendText(sql string) string {
 	if err != nil || !st.ReturnsRows {
 		return sql
 	}
-	return "WITH fencegate_result AS MATERIALIZED (\n" + st.Text + "\n) SELECT * FROM fencegate_result WHERE fencegate.check_result(" +
-		"(SELECT count(*) FROM fencegate_result), " +
-		"(SELECT sum(pg_catalog.pg_column_size(fencegate_result.*)) FROM fencegate_result), " +
+	// The WITH is computed as its rows are read, and the guard reads at
+	// most one row past the limit: a result far over it costs the server
+	// no more than one just over it (a data-modifying statement still runs
+	// to its end).
+	over := strconv.FormatInt(b.cfg.MaxResultRows+1, 10)
+	return "WITH fencegate_result AS MATERIALIZED (\n" + st.Text + "\n), fencegate_head AS (SELECT * FROM fencegate_result LIMIT " + over + ")" +
+		" SELECT * FROM fencegate_result WHERE fencegate.check_result(" +
+		"(SELECT count(*) FROM fencegate_head), " +
+		"(SELECT sum(pg_catalog.pg_column_size(fencegate_head.*)) FROM fencegate_head), " +
 		strconv.FormatInt(b.cfg.MaxResultRows, 10) + ", " + strconv.FormatInt(b.cfg.MaxResultBytes, 10) + ")"
 }

@@ -88,8 +88,8 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.DurationVar(&c.HTTPServer.IdleTimeout, "http-idle-timeout", c.HTTPServer.IdleTimeout, "how long an idle keep-alive HTTP connection is kept")
 	fs.IntVar(&c.HTTPServer.MaxHeaderBytes, "http-max-header-bytes", c.HTTPServer.MaxHeaderBytes, "largest HTTP request headers accepted, in bytes")
 	fs.DurationVar(&c.Postgres.StatementTimeout, "statement-timeout", c.Postgres.StatementTimeout, "PostgreSQL statement_timeout of fenced writes")
-	fs.Int64Var(&c.Postgres.MaxResultRows, "max-result-rows", c.Postgres.MaxResultRows, "most rows one SQL statement may return; a statement over it fails and its write rolls back")
-	fs.Int64Var(&c.Postgres.MaxResultBytes, "max-result-bytes", c.Postgres.MaxResultBytes, "most bytes of rows one SQL statement may return; a statement over it fails and its write rolls back")
+	fs.Int64Var(&c.Postgres.MaxResultRows, "max-result-rows", c.Postgres.MaxResultRows, "most rows one SQL write's statements may return together; past it the write fails and rolls back")
+	fs.Int64Var(&c.Postgres.MaxResultBytes, "max-result-bytes", c.Postgres.MaxResultBytes, "most bytes of rows one SQL write's statements may return together; past it the write fails and rolls back")
 	fs.Func("postgres-allow-sql", "comma-separated statement kinds callers may send beyond SELECT, INSERT, UPDATE, DELETE and MERGE: truncate, lock, ddl (for trusted deployments; what would break the fence stays refused)", func(s string) error {
 		for _, name := range strings.Split(s, ",") {
 			if name = strings.TrimSpace(name); name != "" {

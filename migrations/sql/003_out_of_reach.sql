@@ -103,25 +103,41 @@ $$;
 -- check_result is the guard fencegate wraps around a statement that returns
 -- rows, so a result over the limits fails the statement, and the whole
 -- write rolls back, inside the database: nothing is committed that
--- fencegate would then refuse to return. n_rows may stop counting past
--- max_rows. Anyone may call it; it only raises.
+-- fencegate would then refuse to return. The limits are the write's: each
+-- call adds its statement's rows and bytes to the transaction's totals
+-- (n_rows may stop counting past max_rows). Anyone may call it; it only
+-- raises, and a negative count is refused, so a call cannot lower the
+-- totals.
 CREATE FUNCTION fencegate.check_result(n_rows bigint, n_bytes bigint, max_rows bigint, max_bytes bigint)
 RETURNS boolean
 LANGUAGE plpgsql
-STABLE
+VOLATILE
 SET search_path = pg_catalog, pg_temp
 AS $$
+DECLARE
+    rows_total  bigint;
+    bytes_total bigint;
 BEGIN
-    IF n_rows OPERATOR(pg_catalog.>) max_rows THEN
+    IF n_rows OPERATOR(pg_catalog.<) 0 OR n_bytes OPERATOR(pg_catalog.<) 0 THEN
+        RAISE EXCEPTION 'invalid result size % rows, % bytes', n_rows, n_bytes
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    rows_total := COALESCE(NULLIF(pg_catalog.current_setting('fencegate.result_rows', true), ''), '0')::bigint
+                  OPERATOR(pg_catalog.+) n_rows;
+    bytes_total := COALESCE(NULLIF(pg_catalog.current_setting('fencegate.result_bytes', true), ''), '0')::bigint
+                   OPERATOR(pg_catalog.+) COALESCE(n_bytes, 0);
+    IF rows_total OPERATOR(pg_catalog.>) max_rows THEN
         RAISE EXCEPTION USING
             ERRCODE = 'FG007',
             MESSAGE = pg_catalog.format('result is over the limit of %s rows', max_rows);
     END IF;
-    IF COALESCE(n_bytes, 0) OPERATOR(pg_catalog.>) max_bytes THEN
+    IF bytes_total OPERATOR(pg_catalog.>) max_bytes THEN
         RAISE EXCEPTION USING
             ERRCODE = 'FG007',
-            MESSAGE = pg_catalog.format('result of %s bytes is over the limit of %s bytes', n_bytes, max_bytes);
+            MESSAGE = pg_catalog.format('result of %s bytes is over the limit of %s bytes', bytes_total, max_bytes);
     END IF;
+    PERFORM pg_catalog.set_config('fencegate.result_rows', rows_total::text, true);
+    PERFORM pg_catalog.set_config('fencegate.result_bytes', bytes_total::text, true);
     RETURN true;
 END
 $$;

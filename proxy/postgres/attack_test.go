@@ -253,6 +253,17 @@ func TestResultLimits(t *testing.T) {
 			t.Errorf("%s: rows committed: got %d, want 0", tt.name, got)
 		}
 	}
+	// The limits are the write's: statements each within them add up.
+	sixty := Statement{SQL: "SELECT generate_series(1, 60)"}
+	_, err := b.Exec(t.Context(), unique("fence"), 1, []Statement{
+		{SQL: "INSERT INTO " + table + " VALUES (0, 'first')"}, sixty, sixty,
+	})
+	if r := refusal(t, err, tokens.ReasonInvalidRequest); !strings.Contains(r.Msg, "over the limit of 100 rows") || r.Metadata["statement"] != "2" {
+		t.Errorf("two results of 60 rows: got %v (metadata %v), want the limit of 100 rows at statement 2", err, r.Metadata)
+	}
+	if got := count(t, db, table); got != 0 {
+		t.Errorf("two results of 60 rows: rows committed: got %d, want 0", got)
+	}
 	// Within the limits, the statement answers as it would unwrapped.
 	res, err := b.Exec(t.Context(), unique("fence"), 1, []Statement{
 		{SQL: "INSERT INTO " + table + " SELECT g, 'y' FROM generate_series(1, 3) g RETURNING n, pad"},

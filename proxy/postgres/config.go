@@ -24,10 +24,11 @@ type Config struct {
 	WriteTimeout time.Duration
 	// ConnectTimeout bounds establishing one connection. Default 5s.
 	ConnectTimeout time.Duration
-	// MaxResultRows and MaxResultBytes bound what one statement may return
-	// (bytes as PostgreSQL stores the rows). The database checks them
-	// before the write commits: a statement over either fails, and the
-	// write rolls back. Defaults 10000 rows and 4 MiB.
+	// MaxResultRows and MaxResultBytes bound what one write's statements
+	// may return together (bytes as PostgreSQL stores the rows). The
+	// database checks them before the write commits: the statement that
+	// goes over either fails, and the write rolls back. Defaults 10000 rows
+	// and 4 MiB.
 	MaxResultRows  int64
 	MaxResultBytes int64
 	// AllowSQL widens the statements callers may send beyond SELECT,

@@ -52,8 +52,9 @@
 //     connection was opened closes its connection.
 //   - A statement that returns rows runs inside a result guard (a
 //     MATERIALIZED WITH and fencegate.check_result): over Config's
-//     MaxResultRows or MaxResultBytes it fails inside the database, so the
-//     write rolls back and fencegate never holds the result.
+//     MaxResultRows or MaxResultBytes (the write's statements together) it
+//     fails inside the database, so the write rolls back and fencegate
+//     never holds the result.
 //   - Config.WriteTimeout bounds each write as a whole: past it, fencegate
 //     sends a cancel request and the write rolls back (statement_timeout
 //     still bounds each statement).

@@ -74,8 +74,10 @@ func (b *Backend) sendText(sql string) string {
 	// to its end).
 	over := strconv.FormatInt(b.cfg.MaxResultRows+1, 10)
 	return "WITH fencegate_result AS MATERIALIZED (\n" + st.Text + "\n), fencegate_head AS (SELECT * FROM fencegate_result LIMIT " + over + ")" +
-		" SELECT * FROM fencegate_result WHERE fencegate.check_result(" +
+		// A subquery of its own, so the guard runs once (an init plan),
+		// not once per row.
+		" SELECT * FROM fencegate_result WHERE (SELECT fencegate.check_result(" +
 		"(SELECT count(*) FROM fencegate_head), " +
 		"(SELECT sum(pg_catalog.pg_column_size(fencegate_head.*)) FROM fencegate_head), " +
-		strconv.FormatInt(b.cfg.MaxResultRows, 10) + ", " + strconv.FormatInt(b.cfg.MaxResultBytes, 10) + ")"
+		strconv.FormatInt(b.cfg.MaxResultRows, 10) + ", " + strconv.FormatInt(b.cfg.MaxResultBytes, 10) + "))"
 }

@@ -33,6 +33,8 @@ var codeOf = map[tokens.Reason]codes.Code{
 	tokens.ReasonBackendUnavailable: codes.Unavailable,
 	tokens.ReasonEtcdUnavailable:    codes.Unavailable,
 	tokens.ReasonOverloaded:         codes.ResourceExhausted,
+	tokens.ReasonUnauthenticated:    codes.Unauthenticated,
+	tokens.ReasonNotAuthorized:      codes.PermissionDenied,
 }
 
 // statusError turns an error from the pipeline into a gRPC status error.

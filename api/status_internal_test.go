@@ -29,6 +29,8 @@ func TestStatusTable(t *testing.T) {
 		{tokens.ReasonBackendUnavailable, codes.Unavailable, http.StatusServiceUnavailable},
 		{tokens.ReasonEtcdUnavailable, codes.Unavailable, http.StatusServiceUnavailable},
 		{tokens.ReasonOverloaded, codes.ResourceExhausted, http.StatusTooManyRequests},
+		{tokens.ReasonUnauthenticated, codes.Unauthenticated, http.StatusUnauthorized},
+		{tokens.ReasonNotAuthorized, codes.PermissionDenied, http.StatusForbidden},
 	}
 	for _, tt := range tests {
 		st := refusalStatus(tokens.Refuse(tt.reason, "jobs", 7, "x"))

@@ -26,6 +26,8 @@ var outcomes = []tokens.Reason{
 	tokens.ReasonBackendUnavailable,
 	tokens.ReasonEtcdUnavailable,
 	tokens.ReasonOverloaded,
+	tokens.ReasonUnauthenticated,
+	tokens.ReasonNotAuthorized,
 }
 
 var backends = [...]string{BackendPostgres, BackendRedis}

@@ -25,6 +25,12 @@ const (
 	// ReasonOverloaded: fencegate refused the write to protect a dependency
 	// (too many tokens to verify with etcd); retry with backoff.
 	ReasonOverloaded Reason = "OVERLOADED"
+	// ReasonUnauthenticated: authentication is configured and the caller
+	// presented no valid client certificate or bearer token.
+	ReasonUnauthenticated Reason = "UNAUTHENTICATED"
+	// ReasonNotAuthorized: the policy does not allow the caller's principal
+	// the action on the fence.
+	ReasonNotAuthorized Reason = "NOT_AUTHORIZED"
 )
 
 // Label is the reason in lower snake case, as used in metric labels.
@@ -41,6 +47,8 @@ var (
 	ErrBackendUnavailable = errors.New("tokens: backend unavailable")
 	ErrEtcdUnavailable    = errors.New("tokens: etcd unavailable")
 	ErrOverloaded         = errors.New("tokens: overloaded")
+	ErrUnauthenticated    = errors.New("tokens: unauthenticated")
+	ErrNotAuthorized      = errors.New("tokens: not authorized")
 )
 
 var sentinels = map[Reason]error{
@@ -55,6 +63,8 @@ var sentinels = map[Reason]error{
 	ReasonBackendUnavailable: ErrBackendUnavailable,
 	ReasonEtcdUnavailable:    ErrEtcdUnavailable,
 	ReasonOverloaded:         ErrOverloaded,
+	ReasonUnauthenticated:    ErrUnauthenticated,
+	ReasonNotAuthorized:      ErrNotAuthorized,
 }
 
 // RefusalError is a refused write: nothing of it was applied, unless

@@ -29,6 +29,8 @@ var reasons = []struct {
 	{tokens.ReasonBackendUnavailable, "BACKEND_UNAVAILABLE", "backend_unavailable", tokens.ErrBackendUnavailable},
 	{tokens.ReasonEtcdUnavailable, "ETCD_UNAVAILABLE", "etcd_unavailable", tokens.ErrEtcdUnavailable},
 	{tokens.ReasonOverloaded, "OVERLOADED", "overloaded", tokens.ErrOverloaded},
+	{tokens.ReasonUnauthenticated, "UNAUTHENTICATED", "unauthenticated", tokens.ErrUnauthenticated},
+	{tokens.ReasonNotAuthorized, "NOT_AUTHORIZED", "not_authorized", tokens.ErrNotAuthorized},
 }
 
 func TestReasonWireValueAndLabel(t *testing.T) {

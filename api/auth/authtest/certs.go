@@ -17,7 +17,6 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"testing"
 	"time"
 )
 
@@ -33,8 +32,16 @@ type CA struct {
 
 var serial atomic.Int64
 
+// T is the part of testing.TB the helpers use; a command such as
+// fencechaos can pass its own.
+type T interface {
+	Helper()
+	Fatal(args ...any)
+	TempDir() string
+}
+
 // NewCA makes a CA whose files live in t.TempDir().
-func NewCA(t testing.TB, name string) *CA {
+func NewCA(t T, name string) *CA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -96,7 +103,7 @@ type Issued struct {
 
 // Issue signs a certificate for l and writes it as <name>.pem and
 // <name>-key.pem beside the CA's file.
-func (ca *CA) Issue(t testing.TB, name string, l Leaf) *Issued {
+func (ca *CA) Issue(t T, name string, l Leaf) *Issued {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -156,7 +163,7 @@ func (ca *CA) Issue(t testing.TB, name string, l Leaf) *Issued {
 }
 
 // Localhost is a server certificate for 127.0.0.1, ::1 and localhost.
-func (ca *CA) Localhost(t testing.TB, name string) *Issued {
+func (ca *CA) Localhost(t T, name string) *Issued {
 	t.Helper()
 	return ca.Issue(t, name, Leaf{
 		CommonName: name, DNSNames: []string{"localhost"},

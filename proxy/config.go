@@ -27,6 +27,12 @@ type Config struct {
 	// VerifyFences bounds the fences with a bucket of their own (memory);
 	// fences beyond it share one bucket of the same size.
 	VerifyFences int
+	// MaxInFlight bounds each backend's writes between admission and
+	// answer; past it writes are refused with OVERLOADED.
+	MaxInFlight int
+	// PolicyShadow serves what the policy would refuse, logging and
+	// counting it instead (--policy-mode=shadow), to try a policy out.
+	PolicyShadow bool
 }
 
 // DefaultConfig returns the limits fencegate serves with unless told
@@ -40,6 +46,7 @@ func DefaultConfig() Config {
 		VerifyRate:    10,
 		VerifyBurst:   20,
 		VerifyFences:  10000,
+		MaxInFlight:   2048,
 	}
 }
 
@@ -60,6 +67,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("proxy: verify burst must be at least 1, got %d", c.VerifyBurst)
 	case c.VerifyFences < 1:
 		return fmt.Errorf("proxy: verify fences must be at least 1, got %d", c.VerifyFences)
+	case c.MaxInFlight < 1:
+		return fmt.Errorf("proxy: max in-flight writes must be at least 1, got %d", c.MaxInFlight)
 	}
 	return nil
 }

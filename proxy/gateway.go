@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
 	"github.com/fencegate/fencegate/tokens"
@@ -27,7 +30,9 @@ type Terms interface {
 
 // SQLBackend applies fenced SQL writes; *postgres.Backend implements it.
 type SQLBackend interface {
-	Exec(ctx context.Context, fence string, t tokens.Token, stmts []postgres.Statement) ([]postgres.Result, error)
+	// ExecAs runs the statements with the privileges of role, or of
+	// fencegate's own login when role is empty.
+	ExecAs(ctx context.Context, fence string, t tokens.Token, role string, stmts []postgres.Statement) ([]postgres.Result, error)
 	HighWater(ctx context.Context, fence string) (tokens.Token, bool, error)
 	Fences(ctx context.Context) ([]postgres.Fence, error)
 	Ping(ctx context.Context) error
@@ -41,13 +46,26 @@ type RedisBackend interface {
 	Ping(ctx context.Context) error
 }
 
+// Authorizer is the policy: what a principal may do to a fence.
+// *policy.Store implements it.
+type Authorizer interface {
+	Decide(principal, fence string, a policy.Action) policy.Decision
+}
+
 // Options are the gateway's collaborators. Terms is required, and at least
 // one backend.
 type Options struct {
 	Terms    Terms
 	Postgres SQLBackend
 	Redis    RedisBackend
-	Logger   *slog.Logger
+	// Policy, when set, is consulted for every request: anything it does
+	// not allow is refused with NOT_AUTHORIZED (or only logged, with
+	// Config.PolicyShadow).
+	Policy Authorizer
+	// AuthRequired refuses callers the transport could not identify
+	// (no verified client certificate or bearer token) with UNAUTHENTICATED.
+	AuthRequired bool
+	Logger       *slog.Logger
 	// Registerer receives the gateway's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Now is the clock for request durations; time.Now when nil.
@@ -67,6 +85,10 @@ type Gateway struct {
 	// never refuses writes to the other.
 	trackers [len(backends)]tokens.Tracker
 	verifies *verifyLimiter
+	// inflight counts each backend's writes between admission and answer.
+	inflight [len(backends)]atomic.Int64
+	policy   Authorizer
+	authReq  bool
 	// refusals rate-limits the log lines of identical refusals.
 	refusals refusalLog
 }
@@ -89,6 +111,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, terms: opts.Terms, pg: opts.Postgres, rd: opts.Redis, log: opts.Logger, now: opts.Now,
+		policy: opts.Policy, authReq: opts.AuthRequired,
 		verifies: newVerifyLimiter(cfg.VerifyRate, cfg.VerifyBurst, cfg.VerifyFences),
 	}
 	if g.log == nil {
@@ -119,13 +142,24 @@ func (g *Gateway) Exec(ctx context.Context, fence, rawToken string, stmts []post
 		return 0, nil, fmt.Errorf("%w: PostgreSQL (start fencegate with --postgres-dsn)", ErrNotConfigured)
 	}
 	start := g.now()
-	t, term, err := g.admit(ctx, backendPostgres, fence, rawToken, len(stmts), start)
+	var (
+		t    tokens.Token
+		term election.Term
+		res  []postgres.Result
+	)
+	role, err := g.authorize(ctx, policy.ActionSQLWrite, fence)
+	if err == nil {
+		t, term, err = g.admit(ctx, backendPostgres, fence, rawToken, len(stmts), start)
+	}
 	if err == nil {
 		err = g.validateSQL(fence, t, stmts)
 	}
-	var res []postgres.Result
 	if err == nil {
-		res, err = g.pg.Exec(ctx, fence, t, stmts)
+		err = g.enter(backendPostgres, fence, t)
+	}
+	if err == nil {
+		res, err = g.pg.ExecAs(ctx, fence, t, role, stmts)
+		g.inflight[backendPostgres].Add(-1)
 		g.learn(ctx, backendPostgres, fence, t, term, err)
 	}
 	g.finish(ctx, backendPostgres, fence, t, start, err)
@@ -140,14 +174,85 @@ func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]st
 		return 0, nil, fmt.Errorf("%w: Redis (start fencegate with --redis-addr)", ErrNotConfigured)
 	}
 	start := g.now()
-	t, term, err := g.admit(ctx, backendRedis, fence, rawToken, len(cmds), start)
-	var res []any
+	var (
+		t    tokens.Token
+		term election.Term
+		res  []any
+	)
+	_, err := g.authorize(ctx, policy.ActionRedisWrite, fence)
+	if err == nil {
+		t, term, err = g.admit(ctx, backendRedis, fence, rawToken, len(cmds), start)
+	}
+	if err == nil {
+		err = g.enter(backendRedis, fence, t)
+	}
 	if err == nil {
 		res, err = g.rd.Exec(ctx, fence, t, cmds)
+		g.inflight[backendRedis].Add(-1)
 		g.learn(ctx, backendRedis, fence, t, term, err)
 	}
 	g.finish(ctx, backendRedis, fence, t, start, err)
 	return t, res, err
+}
+
+// authorize decides whether the caller the transport attached to ctx may
+// do a to fence, and returns the PostgreSQL role the policy runs its
+// statements as. It is the one authorization of every way in.
+func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) (string, error) {
+	if g.policy == nil && !g.authReq {
+		return "", nil
+	}
+	var principal string
+	c := policy.CallerFrom(ctx)
+	if c != nil {
+		principal = c.Principal
+	}
+	if principal == "" && g.authReq {
+		why := "no verified client certificate or bearer token"
+		if c != nil && c.AuthError != "" {
+			why = c.AuthError
+		}
+		return "", tokens.Refuse(tokens.ReasonUnauthenticated, fence, 0, "%s", why)
+	}
+	if g.policy == nil {
+		return "", nil
+	}
+	d := g.policy.Decide(principal, fence, a)
+	if d.Allowed {
+		return d.Role, nil
+	}
+	who := "anonymous caller"
+	if principal != "" {
+		who = strconv.Quote(principal)
+	}
+	if g.cfg.PolicyShadow {
+		g.metrics.shadowDenied(a)
+		if log, suppressed := g.refusals.admit(refusalKey{-1, fence, tokens.Reason(a), 0}, g.now()); log {
+			g.log.LogAttrs(ctx, slog.LevelWarn, "policy would refuse (shadow mode): allowed",
+				slog.String("principal", principal), slog.String("action", string(a)), slog.String("fence", fence),
+				slog.String("rule", d.Rule), slog.Uint64("identical_not_logged", suppressed))
+		}
+		return "", nil
+	}
+	r := tokens.Refuse(tokens.ReasonNotAuthorized, fence, 0, "%s may not %s fence %q", who, a, fence)
+	if d.Rule != "" {
+		r.Msg += " (rule " + strconv.Quote(d.Rule) + ")"
+	}
+	r.Metadata = map[string]string{"principal": principal, "action": string(a)}
+	return "", r
+}
+
+// enter takes one of backend's in-flight slots, or refuses the write with
+// OVERLOADED when all are taken: past the bound, writes would only queue
+// for the backend's connections while their callers' deadlines ran out.
+// The caller gives the slot back.
+func (g *Gateway) enter(backend int, fence string, t tokens.Token) error {
+	if n := g.inflight[backend].Add(1); n > int64(g.cfg.MaxInFlight) {
+		g.inflight[backend].Add(-1)
+		return tokens.Refuse(tokens.ReasonOverloaded, fence, t,
+			"%d writes in flight to %s, limit is %d; retry with backoff", n-1, backends[backend], g.cfg.MaxInFlight)
+	}
+	return nil
 }
 
 // admit parses the token, checks the request's shape and decides on the
@@ -329,6 +434,13 @@ func (g *Gateway) finish(ctx context.Context, backend int, fence string, t token
 	g.metrics.observe(backend, label, reason, now.Sub(start).Seconds())
 }
 
+// countRead counts a refused read of fence like a refused write's reason.
+func (g *Gateway) countRead(fence string, err error) {
+	if r, ok := tokens.AsRefusal(err); ok && g.metrics != nil {
+		g.metrics.rejected(g.fenceLabel(fence), r.Reason)
+	}
+}
+
 // FenceState is a fence as reported by GetFence and ListFences.
 type FenceState struct {
 	Name      string
@@ -339,6 +451,10 @@ type FenceState struct {
 // Fence reports fence's high-water mark from the backends (the highest, if
 // both hold it) and its election's term as this replica knows it.
 func (g *Gateway) Fence(ctx context.Context, name string) (FenceState, error) {
+	if _, err := g.authorize(ctx, policy.ActionFenceRead, name); err != nil {
+		g.countRead(name, err)
+		return FenceState{}, err
+	}
 	if !ValidFenceName(name, g.cfg.MaxFenceName) {
 		return FenceState{}, tokens.Refuse(tokens.ReasonInvalidRequest, name, 0, "invalid fence name %.64q", name)
 	}
@@ -366,7 +482,17 @@ func (g *Gateway) highWaters() []func(context.Context, string) (tokens.Token, bo
 
 // Fences reports every fence a backend stores or the election watch knows,
 // sorted by name.
+// With a policy, only the fences the caller may read are listed.
 func (g *Gateway) Fences(ctx context.Context) ([]FenceState, error) {
+	if g.authReq {
+		// An anonymous caller is refused outright, not shown an empty list.
+		if _, err := g.authorize(ctx, policy.ActionFenceRead, ""); err != nil {
+			if r, ok := tokens.AsRefusal(err); ok && r.Reason == tokens.ReasonUnauthenticated {
+				g.countRead("", err)
+				return nil, err
+			}
+		}
+	}
 	byName := map[string]*FenceState{}
 	get := func(name string) *FenceState {
 		f, ok := byName[name]
@@ -401,6 +527,11 @@ func (g *Gateway) Fences(ctx context.Context) ([]FenceState, error) {
 	}
 	out := make([]FenceState, 0, len(byName))
 	for _, f := range byName {
+		if g.policy != nil {
+			if _, err := g.authorize(ctx, policy.ActionFenceRead, f.Name); err != nil {
+				continue
+			}
+		}
 		out = append(out, *f)
 	}
 	slices.SortFunc(out, func(a, b FenceState) int { return strings.Compare(a.Name, b.Name) })

@@ -3,6 +3,7 @@ package proxy
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -59,6 +60,7 @@ type Metrics struct {
 	rejections *prometheus.CounterVec
 	duration   *prometheus.HistogramVec
 	suspect    *prometheus.CounterVec
+	shadow     *prometheus.CounterVec
 
 	accepted         [len(backends)]prometheus.Counter
 	acceptedDuration [len(backends)]prometheus.Observer
@@ -85,6 +87,10 @@ func NewMetrics(reg prometheus.Registerer, enabled ...string) *Metrics {
 			Name: "fencegate_suspect_high_water_total",
 			Help: "Stale-token refusals whose backend high-water mark was above every term known for the election (tampered with, forged, or a term the watch had not delivered); such marks are not used to refuse writes from memory.",
 		}, []string{"backend"}),
+		shadow: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "fencegate_policy_shadow_denials_total",
+			Help: "Requests the policy does not allow, served anyway because --policy-mode=shadow, by action.",
+		}, []string{"action"}),
 	}
 	for b, backend := range backends {
 		m.accepted[b] = m.requests.WithLabelValues(backend, "accepted")
@@ -96,13 +102,26 @@ func NewMetrics(reg prometheus.Registerer, enabled ...string) *Metrics {
 		}
 		m.suspect.WithLabelValues(backend)
 	}
-	reg.MustRegister(m.requests, m.rejections, m.duration, m.suspect)
+	reg.MustRegister(m.requests, m.rejections, m.duration, m.suspect, m.shadow)
 	return m
 }
 
 func (m *Metrics) suspectHighWater(backend int) {
 	if m != nil {
 		m.suspect.WithLabelValues(backends[backend]).Inc()
+	}
+}
+
+func (m *Metrics) shadowDenied(a policy.Action) {
+	if m != nil {
+		m.shadow.WithLabelValues(string(a)).Inc()
+	}
+}
+
+// rejected counts a refused read (reads have no requests_total series).
+func (m *Metrics) rejected(fence string, reason tokens.Reason) {
+	if m != nil {
+		m.rejections.WithLabelValues(fence, reason.Label()).Inc()
 	}
 }
 

@@ -36,6 +36,7 @@ type serveConfig struct {
 	MaxBodyBytes    int
 	ShutdownTimeout time.Duration
 	HTTPServer      api.HTTPServerConfig
+	Security        securityConfig
 	Proxy           proxy.Config
 	Postgres        postgres.Config
 	Redis           redis.Config
@@ -53,6 +54,7 @@ func defaultServeConfig() serveConfig {
 		MaxBodyBytes:    1 << 20,
 		ShutdownTimeout: 10 * time.Second,
 		HTTPServer:      api.DefaultHTTPServerConfig(),
+		Security:        securityConfig{TLSMinVersion: "1.2", PolicyMode: "enforce"},
 		Proxy:           proxy.DefaultConfig(),
 		Postgres:        postgres.DefaultConfig(),
 		Redis:           redis.DefaultConfig(),
@@ -69,6 +71,8 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 		fs.StringVar(&c.PostgresMigrateDSN, "postgres-migrate-dsn", c.PostgresMigrateDSN, "an admin's PostgreSQL connection string to apply fencegate's schema with at start, granting it to --postgres-dsn's role (default: only check that fencegate migrate was run)")
 		fs.StringVar(&c.RedisAddr, "redis-addr", c.RedisAddr, "Redis host:port; enables /redis")
 	}
+	c.Security.register(fs)
+	fs.IntVar(&c.Proxy.MaxInFlight, "max-in-flight", c.Proxy.MaxInFlight, "most writes in flight to each backend; past it writes get OVERLOADED")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP/JSON, health and metrics listen address")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's net/http/pprof profiles on this address (off when empty; never expose it)")
@@ -99,7 +103,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 		return nil
 	})
 	fs.DurationVar(&c.Postgres.WriteTimeout, "write-timeout", c.Postgres.WriteTimeout, "time limit of a whole PostgreSQL write, all its statements and its commit")
-	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow what is refused as unsafe: serving as a PostgreSQL superuser or schema owner, whose rights callers' statements would have")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow what is refused as unsafe: listening beyond loopback without --cert-file and --policy-file, or serving as a PostgreSQL superuser or schema owner, whose rights callers' statements would have")
 	fs.IntVar(&c.Redis.PoolSize, "redis-pool-size", c.Redis.PoolSize, "most Redis connections in the pool")
 	fs.BoolVar(&c.Redis.CheckSlots, "redis-check-slots", c.Redis.CheckSlots,
 		"deprecated and ignored: every Redis key must carry the fence's {<fence>} hash tag, which also keeps it in the fence's slot")
@@ -133,6 +137,13 @@ func (c *serveConfig) validate() error {
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	}
+	if err := c.Security.validate(); err != nil {
+		return err
+	}
+	if err := c.Security.checkExposure(c.Insecure, [2]string{"--grpc-addr", c.GRPCAddr}, [2]string{"--http-addr", c.HTTPAddr}); err != nil {
+		return err
+	}
+	c.Proxy.PolicyShadow = c.Security.PolicyMode == "shadow"
 	if err := c.Proxy.Validate(); err != nil {
 		return err
 	}

@@ -62,8 +62,11 @@ func TestAppendRecordIsJSON(t *testing.T) {
 	for _, s := range hostile {
 		for field := range 9 {
 			r := sampleRecord()
-			*[]*string{&r.RequestID, &r.Principal, &r.Peer, &r.Action, &r.Fence,
-				&r.Backend, &r.Role, &r.Outcome, &r.Statements}[field] = s
+			fields := []*string{
+				&r.RequestID, &r.Principal, &r.Peer, &r.Action, &r.Fence,
+				&r.Backend, &r.Role, &r.Outcome, &r.Statements,
+			}
+			*fields[field] = s
 			records = append(records, r)
 		}
 	}

@@ -38,11 +38,11 @@ rules:
     actions: [sql.write]
 `
 
-func mustParse(t testing.TB, doc string) *Policy {
-	t.Helper()
+func mustParse(tb testing.TB, doc string) *Policy {
+	tb.Helper()
 	p, err := Parse([]byte(doc))
 	if err != nil {
-		t.Fatalf("Parse: %v", err)
+		tb.Fatalf("Parse: %v", err)
 	}
 	return p
 }

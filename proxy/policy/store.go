@@ -209,5 +209,5 @@ func (s *Store) fail(err error) {
 	s.m.failure.Inc()
 	s.m.valid.Set(0)
 	s.log.Error("policy: reload failed; the previous policy stays in force",
-		"path", s.path, "rules", s.cur.Load().Rules(), "err", err)
+		"rules", s.cur.Load().Rules(), "err", err) // err names the file
 }

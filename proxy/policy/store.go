@@ -211,3 +211,9 @@ func (s *Store) fail(err error) {
 	s.log.Error("policy: reload failed; the previous policy stays in force",
 		"rules", s.cur.Load().Rules(), "err", err) // err names the file
 }
+
+// Decide decides with the policy in force; a Store is the gateway's
+// proxy.Authorizer.
+func (s *Store) Decide(principal, fence string, a Action) Decision {
+	return s.Policy().Decide(principal, fence, a)
+}

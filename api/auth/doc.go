@@ -7,9 +7,9 @@
 // when their mtime, size or inode changed, or on Reload (SIGHUP). New
 // handshakes get the new material; open connections keep theirs. A changed
 // file that does not load leaves the previous material in use and logs one
-// line. With a CA bundle, a client certificate it verifies is required, and
-// a resumed session is verified again against the bundle loaded at that
-// moment.
+// line. With a CA bundle, a client certificate it verifies is required; a
+// resumed session's chain is checked against the bundle loaded at that
+// moment (crypto/tls does it).
 //
 // Authenticator names the caller of each request (policy.Caller) from what
 // the transport verified and nothing else: a client certificate in the

@@ -397,3 +397,36 @@ func TestReloadOnSignal(t *testing.T) {
 		t.Fatalf("after a failed Reload: got %q, want token:new kept", got)
 	}
 }
+
+func BenchmarkIdentify(b *testing.B) {
+	ca := authtest.NewCA(b, "bench")
+	c := ca.Issue(b, "leaf", authtest.Leaf{URIs: []string{"spiffe://prod.example/billing/leader"}, Client: true}).Cert
+	var pairs []string
+	for i := range 20 {
+		pairs = append(pairs, fmt.Sprintf("tok%d", i), fmt.Sprintf("s3cret-%d", i))
+	}
+	dir := b.TempDir()
+	path := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(path, tokenLines(pairs...), 0o600); err != nil {
+		b.Fatal(err)
+	}
+	log, _ := newLog()
+	a, err := auth.NewAuthenticator(true, path, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	peer := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5}
+	b.Run("certificate", func(b *testing.B) {
+		state := &tls.ConnectionState{VerifiedChains: [][]*x509.Certificate{{c, ca.Cert}}}
+		b.ReportAllocs()
+		for b.Loop() {
+			a.Identify(state, "", peer)
+		}
+	})
+	b.Run("bearer of 20", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			a.Identify(nil, "Bearer s3cret-19", peer)
+		}
+	})
+}

@@ -52,7 +52,7 @@ func NewAuthenticator(clientCerts bool, tokenFile string, log *slog.Logger, opts
 		files: []string{tokenFile},
 		load:  func() (*tokenSet, error) { return loadTokens(tokenFile) },
 		now:   o.now,
-		log:   log,
+		log:   orDiscard(log),
 		what:  "token file",
 	}
 	if o.reg != nil {

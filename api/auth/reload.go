@@ -37,6 +37,13 @@ func WithClock(now func() time.Time) Option {
 	return func(o *options) { o.now = now }
 }
 
+func orDiscard(log *slog.Logger) *slog.Logger {
+	if log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return log
+}
+
 func buildOptions(opts []Option) options {
 	o := options{now: time.Now}
 	for _, f := range opts {

@@ -38,7 +38,7 @@ type ServerTLS struct {
 // empty: the listeners then serve plain TCP. Any error is one line naming
 // the flag and the file.
 func NewServerTLS(f TLSFiles, log *slog.Logger, opts ...Option) (*ServerTLS, error) {
-	min, err := parseMinVersion(f.MinVersion)
+	minVer, err := parseMinVersion(f.MinVersion)
 	if err != nil {
 		return nil, err
 	}
@@ -53,12 +53,12 @@ func NewServerTLS(f TLSFiles, log *slog.Logger, opts ...Option) (*ServerTLS, err
 		return nil, nil
 	}
 	o := buildOptions(opts)
-	s := &ServerTLS{min: min}
+	s := &ServerTLS{min: minVer}
 	s.r = &reloader[tls.Config]{
 		files: []string{f.CertFile, f.KeyFile},
-		load:  func() (*tls.Config, error) { return loadTLS(f, min) },
+		load:  func() (*tls.Config, error) { return loadTLS(f, minVer) },
 		now:   o.now,
-		log:   log,
+		log:   orDiscard(log),
 		what:  "TLS certificate, key and CA bundle",
 	}
 	if f.TrustedCAFile != "" {
@@ -118,7 +118,7 @@ func parseMinVersion(v string) (uint16, error) {
 }
 
 // loadTLS reads f into the config one handshake uses.
-func loadTLS(f TLSFiles, min uint16) (*tls.Config, error) {
+func loadTLS(f TLSFiles, minVer uint16) (*tls.Config, error) {
 	certPEM, err := readFile("--cert-file", f.CertFile)
 	if err != nil {
 		return nil, err
@@ -135,7 +135,7 @@ func loadTLS(f TLSFiles, min uint16) (*tls.Config, error) {
 		return nil, fileError("--key-file", f.KeyFile, fmt.Errorf("not the key of --cert-file %s: %w", f.CertFile, err))
 	}
 	cfg := &tls.Config{
-		MinVersion:   min,
+		MinVersion:   minVer,
 		NextProtos:   nextProtos,
 		Certificates: []tls.Certificate{pair},
 	}

@@ -306,3 +306,33 @@ func TestCABundleRotation(t *testing.T) {
 		t.Fatalf("got error lines %q, want one naming --trusted-ca-file", got)
 	}
 }
+
+// TestHTTP2OverServerTLS: the handshake config offers h2 and HTTP/1.1 by
+// ALPN, so net/http serves HTTP/2 behind tls.NewListener and the caller is
+// named the same way over it.
+func TestHTTP2OverServerTLS(t *testing.T) {
+	ca := authtest.NewCA(t, "h2")
+	srv := ca.Localhost(t, "srv")
+	c := ca.Issue(t, "carol", authtest.Leaf{CommonName: "carol", Client: true})
+	log, _ := newLog()
+	st, err := auth.NewServerTLS(auth.TLSFiles{CertFile: srv.CertFile, KeyFile: srv.KeyFile, TrustedCAFile: ca.File}, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := auth.NewAuthenticator(true, "", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := startHTTP(t, st, a)
+	for _, h2 := range []bool{false, true} {
+		tr := &http.Transport{TLSClientConfig: ca.ClientTLS(c), ForceAttemptHTTP2: h2}
+		t.Cleanup(tr.CloseIdleConnections)
+		got, resp, err := httpGet(t, &http.Client{Transport: tr, Timeout: 10 * time.Second}, addr)
+		if err != nil || got.principal != "cn:carol" {
+			t.Fatalf("h2 %v: got principal %q (%v), want cn:carol", h2, got.principal, err)
+		}
+		if want := map[bool]int{false: 1, true: 2}[h2]; resp.ProtoMajor != want {
+			t.Fatalf("got HTTP/%d, want HTTP/%d", resp.ProtoMajor, want)
+		}
+	}
+}

@@ -1,0 +1,182 @@
+package auth
+
+import (
+	"errors"
+	"io/fs"
+	"log/slog"
+	"os"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// checkEvery bounds how often the files are stat'ed on the request path.
+const checkEvery = time.Second
+
+// Option adjusts NewServerTLS and NewAuthenticator.
+type Option func(*options)
+
+type options struct {
+	reg prometheus.Registerer
+	now func() time.Time
+}
+
+// WithRegisterer registers the reload error counter
+// (fencegate_tls_reload_errors_total or
+// fencegate_token_file_reload_errors_total) on reg.
+func WithRegisterer(reg prometheus.Registerer) Option {
+	return func(o *options) { o.reg = reg }
+}
+
+// WithClock replaces time.Now for deciding when the files are stat'ed
+// again; tests use it to cross the once-a-second bound without sleeping.
+func WithClock(now func() time.Time) Option {
+	return func(o *options) { o.now = now }
+}
+
+func orDiscard(log *slog.Logger) *slog.Logger {
+	if log == nil {
+		return slog.New(slog.DiscardHandler)
+	}
+	return log
+}
+
+func buildOptions(opts []Option) options {
+	o := options{now: time.Now}
+	for _, f := range opts {
+		f(&o)
+	}
+	return o
+}
+
+// stamp is what tells a changed file apart cheaply: replaced files (a
+// rename, a Kubernetes secret's symlink swap) get a new inode, edited ones
+// a new mtime or size.
+type stamp struct {
+	mod  time.Time
+	size int64
+	ino  uint64
+	err  bool
+}
+
+func stampOf(path string) stamp {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return stamp{err: true}
+	}
+	return stamp{mod: fi.ModTime(), size: fi.Size(), ino: inode(fi)}
+}
+
+// reloader holds what was loaded from some files and loads it again when
+// they change. Readers never wait: at most one of them stats the files, at
+// most once per checkEvery, and the others use the current value.
+type reloader[T any] struct {
+	files  []string
+	load   func() (*T, error)
+	now    func() time.Time
+	log    *slog.Logger
+	errs   prometheus.Counter // nil without a registerer
+	what   string
+	cur    atomic.Pointer[T]
+	nextAt atomic.Int64 // unix nanoseconds of the next stat
+
+	mu     sync.Mutex // one load at a time; guards stamps
+	stamps []stamp
+}
+
+// start loads the files for the first time; an error here is start-up's.
+func (r *reloader[T]) start() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stamps = r.stat()
+	v, err := r.load()
+	if err != nil {
+		return err
+	}
+	r.cur.Store(v)
+	r.nextAt.Store(r.now().Add(checkEvery).UnixNano())
+	return nil
+}
+
+// get returns the current value, first loading it again if the files
+// changed and a second has passed since the last look.
+func (r *reloader[T]) get() *T {
+	now := r.now().UnixNano()
+	if now >= r.nextAt.Load() && r.mu.TryLock() {
+		if now >= r.nextAt.Load() {
+			r.nextAt.Store(now + int64(checkEvery))
+			_ = r.reloadLocked(false)
+		}
+		r.mu.Unlock()
+	}
+	return r.cur.Load()
+}
+
+// reload loads the files again, changed or not (SIGHUP).
+func (r *reloader[T]) reload() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.reloadLocked(true)
+}
+
+func (r *reloader[T]) reloadLocked(force bool) error {
+	st := r.stat()
+	if !force && slices.Equal(st, r.stamps) {
+		return nil
+	}
+	// Remember the stamps even when the load fails, so a broken file is
+	// reported once, not every second, and loaded when it changes again.
+	r.stamps = st
+	v, err := r.load()
+	if err != nil {
+		if r.errs != nil {
+			r.errs.Inc()
+		}
+		r.log.Error("auth: "+r.what+" not reloaded, keeping the previous one", "err", err)
+		return err
+	}
+	r.cur.Store(v)
+	r.log.Info("auth: "+r.what+" reloaded", "files", r.files)
+	return nil
+}
+
+func (r *reloader[T]) stat() []stamp {
+	st := make([]stamp, len(r.files))
+	for i, f := range r.files {
+		st[i] = stampOf(f)
+	}
+	return st
+}
+
+// readFile reads path for flag; its error is one line naming both.
+func readFile(flag, path string) ([]byte, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fileError(flag, path, err)
+	}
+	return b, nil
+}
+
+// fileError says what is wrong with path, the value of flag, without
+// repeating the path an *fs.PathError already carries.
+func fileError(flag, path string, err error) error {
+	var pe *fs.PathError
+	if errors.As(err, &pe) {
+		err = pe.Err
+	}
+	return &FileError{Flag: flag, Path: path, Err: err}
+}
+
+// FileError is a file given to fencegate that cannot be used.
+type FileError struct {
+	Flag string // --cert-file
+	Path string
+	Err  error
+}
+
+func (e *FileError) Error() string { return e.Flag + " " + e.Path + ": " + e.Err.Error() }
+
+func (e *FileError) Unwrap() error { return e.Err }

@@ -2,6 +2,8 @@ package proxy
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -14,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/proxy/audit"
 	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
@@ -52,6 +55,11 @@ type Authorizer interface {
 	Decide(principal, fence string, a policy.Action) policy.Decision
 }
 
+// AuditLog records decisions; *audit.Log implements it.
+type AuditLog interface {
+	Write(r *audit.Record)
+}
+
 // Options are the gateway's collaborators. Terms is required, and at least
 // one backend.
 type Options struct {
@@ -65,7 +73,10 @@ type Options struct {
 	// AuthRequired refuses callers the transport could not identify
 	// (no verified client certificate or bearer token) with UNAUTHENTICATED.
 	AuthRequired bool
-	Logger       *slog.Logger
+	// Audit, when set, gets one record per write decision and per refused
+	// read.
+	Audit  AuditLog
+	Logger *slog.Logger
 	// Registerer receives the gateway's metrics; nil registers nothing.
 	Registerer prometheus.Registerer
 	// Now is the clock for request durations; time.Now when nil.
@@ -89,6 +100,10 @@ type Gateway struct {
 	inflight [len(backends)]atomic.Int64
 	policy   Authorizer
 	authReq  bool
+	audit    AuditLog
+	// auditSeq numbers the audit records' request ids.
+	auditSeq atomic.Uint64
+	auditID  string
 	// refusals rate-limits the log lines of identical refusals.
 	refusals refusalLog
 }
@@ -111,7 +126,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, terms: opts.Terms, pg: opts.Postgres, rd: opts.Redis, log: opts.Logger, now: opts.Now,
-		policy: opts.Policy, authReq: opts.AuthRequired,
+		policy: opts.Policy, authReq: opts.AuthRequired, audit: opts.Audit,
 		verifies: newVerifyLimiter(cfg.VerifyRate, cfg.VerifyBurst, cfg.VerifyFences),
 	}
 	if g.log == nil {
@@ -119,6 +134,13 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	if g.now == nil {
 		g.now = time.Now
+	}
+	if g.audit != nil {
+		// Request ids unique across replicas and restarts: a random
+		// prefix, then a counter.
+		var b [6]byte
+		_, _ = rand.Read(b[:])
+		g.auditID = hex.EncodeToString(b[:]) + "-"
 	}
 	if opts.Registerer != nil {
 		var enabled []string
@@ -147,7 +169,8 @@ func (g *Gateway) Exec(ctx context.Context, fence, rawToken string, stmts []post
 		term election.Term
 		res  []postgres.Result
 	)
-	role, err := g.authorize(ctx, policy.ActionSQLWrite, fence)
+	gr, err := g.authorize(ctx, policy.ActionSQLWrite, fence)
+	hw := g.auditHighWater(backendPostgres, fence)
 	if err == nil {
 		t, term, err = g.admit(ctx, backendPostgres, fence, rawToken, len(stmts), start)
 	}
@@ -158,11 +181,23 @@ func (g *Gateway) Exec(ctx context.Context, fence, rawToken string, stmts []post
 		err = g.enter(backendPostgres, fence, t)
 	}
 	if err == nil {
-		res, err = g.pg.ExecAs(ctx, fence, t, role, stmts)
+		res, err = g.pg.ExecAs(ctx, fence, t, gr.role, stmts)
 		g.inflight[backendPostgres].Add(-1)
 		g.learn(ctx, backendPostgres, fence, t, term, err)
 	}
 	g.finish(ctx, backendPostgres, fence, t, start, err)
+	if g.audit != nil {
+		rec := g.auditRecord(ctx, policy.ActionSQLWrite, backendPostgres, fence, t, term, hw, gr, start, err)
+		sqls := make([]string, len(stmts))
+		for i := range stmts {
+			sqls[i] = stmts[i].SQL
+		}
+		rec.Statements = audit.Fingerprint(sqls...)
+		for i := range res {
+			rec.Rows += res[i].RowsAffected
+		}
+		g.audit.Write(rec)
+	}
 	return t, res, err
 }
 
@@ -179,7 +214,8 @@ func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]st
 		term election.Term
 		res  []any
 	)
-	_, err := g.authorize(ctx, policy.ActionRedisWrite, fence)
+	gr, err := g.authorize(ctx, policy.ActionRedisWrite, fence)
+	hw := g.auditHighWater(backendRedis, fence)
 	if err == nil {
 		t, term, err = g.admit(ctx, backendRedis, fence, rawToken, len(cmds), start)
 	}
@@ -192,15 +228,27 @@ func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]st
 		g.learn(ctx, backendRedis, fence, t, term, err)
 	}
 	g.finish(ctx, backendRedis, fence, t, start, err)
+	if g.audit != nil {
+		rec := g.auditRecord(ctx, policy.ActionRedisWrite, backendRedis, fence, t, term, hw, gr, start, err)
+		// Command names only: keys and values are data.
+		names := make([]string, len(cmds))
+		for i, c := range cmds {
+			if len(c) > 0 {
+				names[i] = strings.ToUpper(c[0])
+			}
+		}
+		rec.Statements = audit.Fingerprint(names...)
+		g.audit.Write(rec)
+	}
 	return t, res, err
 }
 
 // authorize decides whether the caller the transport attached to ctx may
 // do a to fence, and returns the PostgreSQL role the policy runs its
 // statements as. It is the one authorization of every way in.
-func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) (string, error) {
+func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) (grant, error) {
 	if g.policy == nil && !g.authReq {
-		return "", nil
+		return grant{}, nil
 	}
 	var principal string
 	c := policy.CallerFrom(ctx)
@@ -212,14 +260,14 @@ func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) 
 		if c != nil && c.AuthError != "" {
 			why = c.AuthError
 		}
-		return "", tokens.Refuse(tokens.ReasonUnauthenticated, fence, 0, "%s", why)
+		return grant{}, tokens.Refuse(tokens.ReasonUnauthenticated, fence, 0, "%s", why)
 	}
 	if g.policy == nil {
-		return "", nil
+		return grant{}, nil
 	}
 	d := g.policy.Decide(principal, fence, a)
 	if d.Allowed {
-		return d.Role, nil
+		return grant{role: d.Role}, nil
 	}
 	who := "anonymous caller"
 	if principal != "" {
@@ -232,14 +280,75 @@ func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) 
 				slog.String("principal", principal), slog.String("action", string(a)), slog.String("fence", fence),
 				slog.String("rule", d.Rule), slog.Uint64("identical_not_logged", suppressed))
 		}
-		return "", nil
+		return grant{shadow: true}, nil
 	}
 	r := tokens.Refuse(tokens.ReasonNotAuthorized, fence, 0, "%s may not %s fence %q", who, a, fence)
 	if d.Rule != "" {
 		r.Msg += " (rule " + strconv.Quote(d.Rule) + ")"
 	}
 	r.Metadata = map[string]string{"principal": principal, "action": string(a)}
-	return "", r
+	return grant{}, r
+}
+
+// grant is what authorize allowed: the role statements run as, and
+// whether only shadow mode let the request through.
+type grant struct {
+	role   string
+	shadow bool
+}
+
+// auditHighWater is the fence's high-water mark as this replica knows it
+// before a write, for the audit record.
+func (g *Gateway) auditHighWater(backend int, fence string) tokens.Token {
+	if g.audit == nil {
+		return 0
+	}
+	return g.trackers[backend].HighWater(fence)
+}
+
+// auditRecord describes one decision. backend -1 is a read.
+func (g *Gateway) auditRecord(ctx context.Context, a policy.Action, backend int, fence string, t tokens.Token,
+	term election.Term, hw tokens.Token, gr grant, start time.Time, err error) *audit.Record {
+	rec := &audit.Record{
+		Time:            start,
+		RequestID:       g.auditID + strconv.FormatUint(g.auditSeq.Add(1), 10),
+		Action:          string(a),
+		Fence:           fence,
+		Token:           uint64(t),
+		Term:            uint64(term.Rev),
+		HighWaterBefore: uint64(hw),
+		HighWaterAfter:  uint64(hw),
+		Role:            gr.role,
+		Outcome:         "accepted",
+		Shadow:          gr.shadow,
+	}
+	if backend >= 0 {
+		rec.Backend = backends[backend]
+	}
+	if c := policy.CallerFrom(ctx); c != nil {
+		rec.Principal = c.Principal
+		if c.Peer != nil {
+			rec.Peer = c.Peer.String()
+		}
+	}
+	if err != nil {
+		rec.Outcome = string(tokens.ReasonBackendUnavailable)
+		if r, ok := tokens.AsRefusal(err); ok {
+			rec.Outcome = string(r.Reason)
+			if r.Term != 0 {
+				rec.Term = uint64(r.Term)
+			}
+			if r.HighWater > hw {
+				rec.HighWaterAfter = uint64(r.HighWater)
+			}
+			if r.Metadata["outcome"] == "unknown" {
+				rec.Outcome += " (outcome unknown)"
+			}
+		}
+	} else if t > hw {
+		rec.HighWaterAfter = uint64(t)
+	}
+	return rec
 }
 
 // enter takes one of backend's in-flight slots, or refuses the write with
@@ -452,6 +561,9 @@ type FenceState struct {
 // both hold it) and its election's term as this replica knows it.
 func (g *Gateway) Fence(ctx context.Context, name string) (FenceState, error) {
 	if _, err := g.authorize(ctx, policy.ActionFenceRead, name); err != nil {
+		if g.audit != nil {
+			g.audit.Write(g.auditRecord(ctx, policy.ActionFenceRead, -1, name, 0, election.Term{}, 0, grant{}, g.now(), err))
+		}
 		g.countRead(name, err)
 		return FenceState{}, err
 	}

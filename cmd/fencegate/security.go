@@ -4,8 +4,15 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/api/auth"
+	"github.com/fencegate/fencegate/proxy/audit"
+	"github.com/fencegate/fencegate/proxy/policy"
 )
 
 // securityConfig is who may reach fencegate and what they may do: TLS on
@@ -89,4 +96,64 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// security is what serve builds from securityConfig.
+type security struct {
+	tls    *auth.ServerTLS     // nil without --cert-file
+	authn  *auth.Authenticator // always set; Required() says whether it refuses
+	policy *policy.Store       // nil without --policy-file
+	audit  *audit.Log          // nil without --audit-log
+}
+
+// newSecurity loads the certificates, token file, policy and audit log,
+// each failing start-up with one line naming the flag and file. check
+// validates each policy loaded (roles against the database).
+func newSecurity(c securityConfig, log *slog.Logger, reg prometheus.Registerer, check func(*policy.Policy) error) (*security, error) {
+	s := &security{}
+	var err error
+	s.tls, err = auth.NewServerTLS(auth.TLSFiles{
+		CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.TrustedCAFile, MinVersion: c.TLSMinVersion,
+	}, log, auth.WithRegisterer(reg))
+	if err != nil {
+		return nil, err
+	}
+	s.authn, err = auth.NewAuthenticator(c.TrustedCAFile != "", c.TokenAuthFile, log, auth.WithRegisterer(reg))
+	if err != nil {
+		return nil, err
+	}
+	if c.PolicyFile != "" {
+		s.policy, err = policy.NewStore(c.PolicyFile, policy.StoreOptions{Logger: log, Registerer: reg, Check: check})
+		if err != nil {
+			return nil, fmt.Errorf("--policy-file %w", err)
+		}
+	}
+	if c.AuditLog != "" {
+		s.audit, err = audit.Open(c.AuditLog, audit.Options{Logger: log, Registerer: reg})
+		if err != nil {
+			return nil, fmt.Errorf("--audit-log %s: %w", c.AuditLog, err)
+		}
+	}
+	return s, nil
+}
+
+// reload is SIGHUP: certificates, token file and policy are re-read, the
+// audit log re-opened (after logrotate moved it). What fails keeps the old
+// and is logged by its owner.
+func (s *security) reload(log *slog.Logger) {
+	log.Info("SIGHUP: reloading certificates, tokens and policy, re-opening the audit log")
+	_ = s.tls.Reload()
+	_ = s.authn.Reload()
+	if s.policy != nil {
+		_ = s.policy.Reload()
+	}
+	if s.audit != nil {
+		_ = s.audit.Reopen()
+	}
+}
+
+func (s *security) close() {
+	if s.audit != nil {
+		_ = s.audit.Close()
+	}
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -9,7 +10,10 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"os/signal"
 	"runtime"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -19,12 +23,14 @@ import (
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/coalesce"
+	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
 )
@@ -82,8 +88,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := proxy.Options{Logger: log, Registerer: reg}
+	var pg *postgres.Backend
 	if cfg.PostgresDSN != "" {
-		pg, err := postgres.Open(ctx, cfg.PostgresDSN, cfg.Postgres)
+		pg, err = postgres.Open(ctx, cfg.PostgresDSN, cfg.Postgres)
 		if err != nil {
 			return err
 		}
@@ -107,6 +114,26 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		defer rd.Close()
 		opts.Redis = rd
 		registerBatchMetrics(reg, "redis", rd.Stats)
+	}
+
+	sec, err := newSecurity(cfg.Security, log, reg, func(p *policy.Policy) error {
+		if pg == nil {
+			return nil
+		}
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		return pg.CheckRoles(cctx, p.Roles())
+	})
+	if err != nil {
+		return err
+	}
+	defer sec.close()
+	opts.AuthRequired = sec.authn.Required()
+	if sec.policy != nil {
+		opts.Policy = sec.policy
+	}
+	if sec.audit != nil {
+		opts.Audit = sec.audit
 	}
 
 	watcher, err := election.NewWatcher(etcd, election.WatcherConfig{
@@ -138,10 +165,18 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		return fmt.Errorf("--http-addr: %w", err)
 	}
 
-	gs := grpc.NewServer(grpc.MaxRecvMsgSize(2*cfg.MaxBodyBytes),
+	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(2 * cfg.MaxBodyBytes),
 		// A fixed set of goroutines with grown stacks serves the streams,
 		// instead of a new goroutine (and stack growth) per request.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))))
+		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+		grpc.ChainUnaryInterceptor(sec.authn.UnaryServerInterceptor()),
+		grpc.ChainStreamInterceptor(sec.authn.StreamServerInterceptor()),
+	}
+	if tc := sec.tls.Config(); tc != nil {
+		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
+		httpLis = tls.NewListener(httpLis, tc)
+	}
+	gs := grpc.NewServer(gopts...)
 	srv.Register(gs)
 	reflection.Register(gs)
 
@@ -165,7 +200,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	if err != nil {
 		return err
 	}
-	hs := api.NewHTTPServer(handler, cfg.HTTPServer)
+	// Outermost, so nothing behind it sees a bearer secret or a caller
+	// it did not verify.
+	hs := api.NewHTTPServer(sec.authn.HTTPMiddleware(handler), cfg.HTTPServer)
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.PprofAddr != "" {
@@ -178,6 +215,22 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		log.Info("serving pprof", "addr", ps)
 	}
 	g.Go(func() error { return watcher.Run(gctx) })
+	if sec.policy != nil {
+		g.Go(func() error { return sec.policy.Run(gctx) })
+	}
+	g.Go(func() error {
+		hup := make(chan os.Signal, 1)
+		signal.Notify(hup, syscall.SIGHUP)
+		defer signal.Stop(hup)
+		for {
+			select {
+			case <-gctx.Done():
+				return nil
+			case <-hup:
+				sec.reload(log)
+			}
+		}
+	})
 	g.Go(func() error { return readiness.run(gctx, readinessInterval) })
 	g.Go(func() error {
 		if err := gs.Serve(grpcLis); err != nil {
@@ -208,7 +261,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	})
 	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
 		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix,
-		"postgres", opts.Postgres != nil, "redis", opts.Redis != nil, "version", version())
+		"postgres", opts.Postgres != nil, "redis", opts.Redis != nil, "tls", sec.tls != nil,
+		"authentication", opts.AuthRequired, "policy", cfg.Security.PolicyFile, "policy_mode", cfg.Security.PolicyMode,
+		"version", version())
 	if started != nil {
 		started()
 	}

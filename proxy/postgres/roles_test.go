@@ -22,7 +22,7 @@ type writers struct {
 	aw, bw, at, bt string
 }
 
-func newWriters(t *testing.T) *writers {
+func newWriters(t testing.TB) *writers {
 	t.Helper()
 	w := &writers{db: admin(t), login: unique("login"), aw: unique("a_writer"), bw: unique("b_writer"), at: unique("a_t"), bt: unique("b_t")}
 	var err error

@@ -22,8 +22,14 @@ type writers struct {
 	aw, bw, at, bt string
 }
 
+// setupMu serializes newWriters: GRANT … ON ALL TABLES from parallel
+// tests races on the catalog ("tuple concurrently updated").
+var setupMu sync.Mutex
+
 func newWriters(t testing.TB) *writers {
 	t.Helper()
+	setupMu.Lock()
+	defer setupMu.Unlock()
 	w := &writers{db: admin(t), login: unique("login"), aw: unique("a_writer"), bw: unique("b_writer"), at: unique("a_t"), bt: unique("b_t")}
 	var err error
 	if w.dsn, err = server.RuntimeRole(t.Context(), w.login); err != nil {

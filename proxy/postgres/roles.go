@@ -25,9 +25,10 @@ var ErrRolesUnsafe = errors.New("postgres: statements cannot be kept to their ro
 //   - a role the login may not become (not a member: `fencegate grant`),
 //     or one migrations.CheckWriterRole refuses (a superuser, a member of
 //     fencegate_owner or fencegate_runtime, …);
-//   - a SECURITY DEFINER function owned by the login (it would run as the
-//     login, with every role's privileges), or any function that sets the
-//     role or session authorization when called.
+//   - a SECURITY DEFINER function owned by the login or a role it may
+//     become, that one of roles may execute without being a member of its
+//     owner (it would run with the owner's privileges), or any function
+//     that sets the role or session authorization when called.
 //
 // With no roles it checks nothing. Call it at start and whenever the set
 // of roles changes (a policy reload).
@@ -71,15 +72,18 @@ func (b *Backend) CheckRoles(ctx context.Context, roles []string) error {
 	err = conn.QueryRow(ctx, `
 SELECT p.oid::pg_catalog.regprocedure::text
   FROM pg_catalog.pg_proc p
- WHERE (p.prosecdef AND p.proowner OPERATOR(pg_catalog.=) (SELECT oid FROM pg_catalog.pg_roles WHERE rolname OPERATOR(pg_catalog.=) session_user))
+ WHERE (p.prosecdef AND pg_catalog.pg_has_role(session_user, p.proowner, 'MEMBER')
+        AND EXISTS (SELECT FROM pg_catalog.unnest($1::text[]) r
+                     WHERE pg_catalog.has_function_privilege(r, p.oid, 'EXECUTE')
+                       AND NOT pg_catalog.pg_has_role(r, p.proowner, 'USAGE')))
     OR EXISTS (SELECT FROM pg_catalog.unnest(p.proconfig) c
                 WHERE c OPERATOR(pg_catalog.~~) 'role=%' OR c OPERATOR(pg_catalog.~~) 'session\_authorization=%')
- ORDER BY 1 LIMIT 1`).Scan(&fn)
+ ORDER BY 1 LIMIT 1`, roles).Scan(&fn)
 	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("postgres: check functions on %s: %w", b.host, err)
 	}
 	if fn != nil {
-		return fmt.Errorf("%w: function %s on %s runs as fencegate's login %q or sets the role, so a statement calling it would leave its role: drop it, or give it another owner",
+		return fmt.Errorf("%w: function %s on %s sets the role, or is SECURITY DEFINER, owned by fencegate's login %q or one of its roles and executable by another: a statement calling it would leave its role; drop it, or revoke EXECUTE on it from PUBLIC and the roles",
 			ErrRolesUnsafe, *fn, b.host, login)
 	}
 	return nil

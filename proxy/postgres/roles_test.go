@@ -272,15 +272,17 @@ func TestRoleEscalation(t *testing.T) {
 func TestRoleEscalationThroughFunctions(t *testing.T) {
 	w := newWriters(t)
 	b := w.open(t, Config{MaxConns: 1})
-	tests := []struct{ name, create string }{
-		{"security definer owned by the login", "CREATE FUNCTION %s() RETURNS int LANGUAGE sql SECURITY DEFINER AS $$ INSERT INTO " + w.bt + " VALUES (1) RETURNING 1 $$"},
-		{"SET role on the function", "CREATE FUNCTION %s() RETURNS int LANGUAGE sql SET role = " + w.bw + " AS $$ INSERT INTO " + w.bt + " VALUES (1) RETURNING 1 $$"},
+	secdef := "CREATE FUNCTION %s() RETURNS int LANGUAGE sql SECURITY DEFINER AS $$ INSERT INTO " + w.bt + " VALUES (1) RETURNING 1 $$"
+	tests := []struct{ name, create, owner string }{
+		{"security definer owned by the login", secdef, w.login},
+		{"security definer owned by the other role", secdef, w.bw},
+		{"SET role on the function", "CREATE FUNCTION %s() RETURNS int LANGUAGE sql SET role = " + w.bw + " AS $$ INSERT INTO " + w.bt + " VALUES (1) RETURNING 1 $$", w.login},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			fn := unique("escape")
 			mustExec(t, w.db, strings.Replace(tt.create, "%s", fn, 1))
-			mustExec(t, w.db, "ALTER FUNCTION "+fn+"() OWNER TO "+w.login)
+			mustExec(t, w.db, "ALTER FUNCTION "+fn+"() OWNER TO "+tt.owner)
 			defer mustExec(t, w.db, "DROP FUNCTION "+fn+"()")
 
 			err := b.CheckRoles(t.Context(), []string{w.aw, w.bw})
@@ -299,6 +301,16 @@ func TestRoleEscalationThroughFunctions(t *testing.T) {
 	}
 	if err := b.CheckRoles(t.Context(), []string{w.aw, w.bw}); err != nil {
 		t.Errorf("CheckRoles with the functions dropped: %v", err)
+	}
+	// A SECURITY DEFINER function the other roles may not execute is the
+	// application's business.
+	fn := unique("own")
+	mustExec(t, w.db, strings.Replace(secdef, "%s", fn, 1))
+	mustExec(t, w.db, "ALTER FUNCTION "+fn+"() OWNER TO "+w.bw)
+	mustExec(t, w.db, "REVOKE EXECUTE ON FUNCTION "+fn+"() FROM PUBLIC")
+	defer mustExec(t, w.db, "DROP FUNCTION "+fn+"()")
+	if err := b.CheckRoles(t.Context(), []string{w.aw, w.bw}); err != nil {
+		t.Errorf("CheckRoles with a function only its owner may run: %v", err)
 	}
 }
 

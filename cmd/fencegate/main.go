@@ -24,6 +24,7 @@ Commands:
   serve     serve the gateway against etcd and PostgreSQL and/or Redis
   dev       serve on embedded defaults: embedded etcd, throwaway PostgreSQL and Redis
   migrate   apply fencegate's schema to PostgreSQL and exit
+  grant     let fencegate's PostgreSQL login run statements as a role and exit
   version   print the version and exit
 
 Run 'fencegate <command> --help' for a command's flags.
@@ -65,6 +66,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDev(ctx, rest, stdout, stderr)
 	case "migrate":
 		return runMigrate(ctx, rest, stdout, stderr)
+	case "grant":
+		return runGrant(ctx, rest, stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, versionLine())
 		return nil

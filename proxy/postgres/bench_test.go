@@ -97,3 +97,47 @@ func procStat(pid int) (ppid int, cpu float64, ok bool) {
 	}
 	return ppid, ticks / 100, true
 }
+
+// BenchmarkExecAs measures the cost of running a write's statements as a
+// role (ExecAs) against the same write as fencegate's login, 16 writers on
+// their own fences, with a connection each and with 4 shared.
+//
+//	go test -run XXX -bench ExecAs -benchtime 5s -count 3 ./proxy/postgres/
+func BenchmarkExecAs(b *testing.B) {
+	w := newWriters(b)
+	insert := "INSERT INTO " + w.at + " VALUES ($1)"
+	const writers = 16
+	for _, conns := range []int32{16, 4} {
+		for _, role := range []string{"", w.aw} {
+			name := "login"
+			if role != "" {
+				name = "role"
+			}
+			b.Run(fmt.Sprintf("conns=%d/%s", conns, name), func(b *testing.B) {
+				be, err := Open(b.Context(), w.dsn, Config{MaxConns: conns})
+				if err != nil {
+					b.Fatal(err)
+				}
+				defer be.Close()
+				b.SetParallelism(max(1, writers/runtime.GOMAXPROCS(0)))
+				cpu0 := serverCPU(b)
+				b.RunParallel(func(pb *testing.PB) {
+					fence := unique("bench")
+					stmts := []Statement{{SQL: insert, Params: []any{float64(7)}}}
+					for pb.Next() {
+						if _, err := be.ExecAs(b.Context(), fence, 7, role, stmts); err != nil {
+							b.Error(err)
+							return
+						}
+					}
+				})
+				cpu1 := serverCPU(b)
+				var used float64
+				for pid, t := range cpu1 {
+					used += t - cpu0[pid]
+				}
+				b.ReportMetric(used*1e6/float64(b.N), "pg-cpu-µs/op")
+			})
+		}
+	}
+}

@@ -23,11 +23,20 @@ type call struct {
 	coalesce.Call
 	fence string
 	token tokens.Token
+	role  string // "" for fencegate's login
 	stmts []Statement
 
 	// Set by the batch before Finish.
 	results []Result
 	err     error
+}
+
+// advanceSQL returns the fence check c starts with.
+func (c *call) advanceSQL() string {
+	if c.role == "" {
+		return advanceSQL
+	}
+	return advanceAsSQL
 }
 
 // finish hands the call its outcome.

@@ -43,6 +43,14 @@
 //     per transaction; the role fencegate serves as (CheckRole) is a member
 //     of fencegate_runtime, which may only call it and read the fences, and
 //     is neither a superuser nor the owner unless the caller allows it.
+//   - ExecAs runs a write's statements as a PostgreSQL role: the fence
+//     check's own statement sets it for the rest of the transaction
+//     (set_config('role', …, true)), so it costs no round trip, ends with
+//     the write, and statements get that role's privileges and no more:
+//     the SQL check refuses every way to change it (SET, RESET,
+//     set_config, DO, transaction control), and CheckRoles refuses to
+//     serve roles as a superuser, with DDL allowed, or while a function
+//     that would leave the role exists (docs/SECURITY-roles.md).
 //   - A write is acknowledged only when PostgreSQL confirmed it: every
 //     statement's CommandComplete, none of them a transaction command, and
 //     ReadyForQuery idle ('I') after its Sync. Anything else closes the

@@ -18,6 +18,13 @@ import (
 // prepared statement is cached once per connection.
 const advanceSQL = "SELECT fencegate.advance($1, $2)"
 
+// advanceAsSQL is the first statement of a write run as a role (ExecAs):
+// the fence check as fencegate's login, then the role for the rest of the
+// transaction, in one statement so it costs no more round trip or message
+// than advanceSQL. A target list is evaluated left to right. The role
+// ends with the transaction (is_local), committed or not.
+const advanceAsSQL = "SELECT fencegate.advance($1, $2), pg_catalog.set_config('role', $3, true)"
+
 // Exec runs a fenced write: it advances the fence to token t and runs stmts,
 // all in one implicit transaction ended by one Sync, so a repeated write
 // costs one network round trip (statements a connection has not seen yet
@@ -36,10 +43,24 @@ const advanceSQL = "SELECT fencegate.advance($1, $2)"
 // the write; after it was sent that is BACKEND_UNAVAILABLE with an unknown
 // outcome (a batch shared with other writes goes on without it).
 func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, stmts []Statement) ([]Result, error) {
-	if r := b.validate(fence, t, stmts); r != nil {
+	return b.ExecAs(ctx, fence, t, "", stmts)
+}
+
+// ExecAs is Exec with stmts run as PostgreSQL role role (none when role
+// is ""): right after the fence check, in the same statement, fencegate
+// sets the role for the rest of the write's transaction, so the
+// statements have exactly that role's privileges and the role ends with
+// the transaction. fencegate's login must be a member of role (`fencegate
+// grant`, CheckRoles). A role it may not become, or one that does not
+// exist, refuses the write with STATEMENT_FAILED (metadata "sqlstate":
+// 42501, or 22023 for a role that does not exist, and "role"), and
+// nothing of it is written. Writes with different roles share batches as
+// any writes do.
+func (b *Backend) ExecAs(ctx context.Context, fence string, t tokens.Token, role string, stmts []Statement) ([]Result, error) {
+	if r := b.validate(fence, t, role, stmts); r != nil {
 		return nil, r
 	}
-	c := &call{fence: fence, token: t, stmts: stmts}
+	c := &call{fence: fence, token: t, role: role, stmts: stmts}
 	c.Init(ctx)
 	return b.submit(c)
 }
@@ -92,6 +113,14 @@ func (b *Backend) refusal(c *call, at int, err error, sent bool) *tokens.Refusal
 			// The result guard (sendText): the write rolled back.
 			r.Reason = tokens.ReasonInvalidRequest
 			r.Msg = "statement " + strconv.Itoa(at) + ": " + pgErr.Message
+		case at == atAdvance && c.role != "" && (pgErr.Code == "42501" || pgErr.Code == "22023"):
+			// set_config('role'): permission denied, or no such role.
+			// advance's own 42501 and 22023 are ruled out before it runs
+			// (CheckRole, validate).
+			r.Reason = tokens.ReasonStatementFailed
+			r.Metadata["role"] = c.role
+			r.Msg = "fencegate may not run statements as role " + strconv.Quote(c.role) + ": " + pgErr.Message +
+				" (run `fencegate grant --login=<fencegate's login> --role=" + c.role + "`)"
 		case at == atAdvance && isMissingSchema(pgErr.Code):
 			r.Reason = tokens.ReasonBackendUnavailable
 			r.Msg = "fencegate schema missing on " + b.host + " (run fencegate migrate): " + pgErr.Message

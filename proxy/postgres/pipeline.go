@@ -265,8 +265,8 @@ func (b *Backend) prepare(ctx context.Context, conn *pgx.Conn, st *connState, ca
 		}
 		todo = append(todo, &pgconn.StatementDescription{Name: st.newName(), SQL: sql})
 	}
-	want(advanceSQL)
 	for _, c := range calls {
+		want(c.advanceSQL())
 		for _, s := range c.stmts {
 			want(s.SQL)
 		}
@@ -321,7 +321,7 @@ func (b *Backend) prepare(ctx context.Context, conn *pgx.Conn, st *connState, ca
 	ok := calls[:0]
 outer:
 	for _, c := range calls {
-		if err := failed[advanceSQL]; err != nil {
+		if err := failed[c.advanceSQL()]; err != nil {
 			c.finish(nil, b.refusal(c, atAdvance, err, false))
 			continue
 		}
@@ -361,9 +361,13 @@ func (st *connState) encode(conn *pgx.Conn, c *call) (int, error) {
 	st.values = st.values[:0]
 	st.bytes = st.bytes[:0]
 	st.fmts = st.fmts[:0]
-	var args [2]any
-	args[0], args[1] = c.fence, int64(c.token)
-	if err := st.encodeOne(conn, st.lookup(advanceSQL), args[:]); err != nil {
+	var args [3]any
+	args[0], args[1], args[2] = c.fence, int64(c.token), c.role
+	n := 2
+	if c.role != "" {
+		n = 3
+	}
+	if err := st.encodeOne(conn, st.lookup(c.advanceSQL()), args[:n]); err != nil {
 		return atAdvance, err
 	}
 	for i, s := range c.stmts {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"strconv"
+	"strings"
 
 	"github.com/fencegate/fencegate/proxy/postgres/sqlcheck"
 	"github.com/fencegate/fencegate/tokens"
@@ -13,7 +14,7 @@ import (
 // PostgreSQL's own parser (package sqlcheck). A refusal is an
 // INVALID_REQUEST naming the statement's 0-based index and what in it was
 // refused, where.
-func (b *Backend) validate(fence string, t tokens.Token, stmts []Statement) *tokens.RefusalError {
+func (b *Backend) validate(fence string, t tokens.Token, role string, stmts []Statement) *tokens.RefusalError {
 	switch {
 	case fence == "":
 		return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "empty fence name")
@@ -21,6 +22,11 @@ func (b *Backend) validate(fence string, t tokens.Token, stmts []Statement) *tok
 		return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "fencing token %d out of range 1..%d", t, int64(math.MaxInt64))
 	case len(stmts) == 0:
 		return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "no statements")
+	case role == "none":
+		// set_config('role', 'none') is PostgreSQL's RESET ROLE.
+		return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "role %q means no role to PostgreSQL: leave the role empty to run as fencegate's login", role)
+	case strings.IndexByte(role, 0) >= 0:
+		return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "role %q holds a NUL byte", role)
 	}
 	if b.uncheckedSQL {
 		return nil
@@ -61,7 +67,7 @@ func atByte(pos int) string {
 // database and fails the statement, so the write rolls back, when they are
 // over the limits: a result too large to return is never committed.
 func (b *Backend) sendText(sql string) string {
-	if sql == advanceSQL || b.uncheckedSQL {
+	if sql == advanceSQL || sql == advanceAsSQL || b.uncheckedSQL {
 		return sql
 	}
 	st, err := b.sql.Check(sql) // cached since validate

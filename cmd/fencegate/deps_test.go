@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"strings"
@@ -126,7 +128,7 @@ func TestDepsServe(t *testing.T) {
 		{"no etcd user", with("--etcd-user"), okEnv, "a client without --etcd-user may not read key \"health\""},
 		{"no etcd client certificate", with("--etcd-cert", "--etcd-key", "--etcd-dial-timeout=2s"), okEnv, "certificate required"},
 		{"etcd CA not given", with("--etcd-cacert", "--etcd-dial-timeout=2s"), okEnv, "certificate signed by unknown authority"},
-		{"etcd CA of another", with("--etcd-cacert=" + other.File, "--etcd-dial-timeout=2s"), okEnv, "certificate signed by unknown authority"},
+		{"etcd CA of another", with("--etcd-cacert="+other.File, "--etcd-dial-timeout=2s"), okEnv, "certificate signed by unknown authority"},
 		{"plain etcd endpoint", with("--etcd-endpoints=" + plain), okEnv, "--etcd-endpoints " + plain + " is plain http although"},
 		{"etcd CA missing", with("--etcd-cacert=" + missing), okEnv, "--etcd-cacert " + missing + ": no such file or directory"},
 		{"etcd CA garbage", with("--etcd-cacert=" + garbage), okEnv, "--etcd-cacert " + garbage + ": no PEM certificate in it"},
@@ -190,6 +192,64 @@ func enableEtcdAuth(t *testing.T, endpoints []string, ca *authtest.CA, client *a
 	for i, step := range steps {
 		if err := step(); err != nil {
 			t.Fatalf("etcd auth setup step %d: %v", i, err)
+		}
+	}
+}
+
+// TestDepsClientCertRotates: the client certificate toward etcd and Redis
+// is read again when its files change, and a pair that does not load yet
+// (the certificate written, its key not) keeps the previous one.
+func TestDepsClientCertRotates(t *testing.T) {
+	ca := authtest.NewCA(t, "rotate")
+	first := ca.Issue(t, "first", authtest.Leaf{CommonName: "first", Client: true})
+	second := ca.Issue(t, "second", authtest.Leaf{CommonName: "second", Client: true})
+	dir := t.TempDir()
+	certFile, keyFile := filepath.Join(dir, "client.pem"), filepath.Join(dir, "client-key.pem")
+	write := func(file string, data []byte, mod time.Time) {
+		t.Helper()
+		if err := os.WriteFile(file, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// Distinct times: a rotation within the file system's time
+		// granularity must still be seen (the size differs too, not always).
+		if err := os.Chtimes(file, mod, mod); err != nil {
+			t.Fatal(err)
+		}
+	}
+	base := time.Now().Add(-time.Hour)
+	write(certFile, first.CertPEM, base)
+	write(keyFile, first.KeyPEM, base)
+	d := depsConfig{EtcdCert: certFile, EtcdKey: keyFile}
+	cfg, err := d.etcdTLS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cn := func() string {
+		t.Helper()
+		c, err := cfg.GetClientCertificate(&tls.CertificateRequestInfo{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		leaf, err := x509.ParseCertificate(c.Certificate[0])
+		if err != nil {
+			t.Fatal(err)
+		}
+		return leaf.Subject.CommonName
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"at start", func() {}, "first"},
+		{"new certificate, old key", func() { write(certFile, second.CertPEM, base.Add(time.Minute)) }, "first"},
+		{"new key too", func() { write(keyFile, second.KeyPEM, base.Add(time.Minute)) }, "second"},
+		{"key file removed", func() { _ = os.Remove(keyFile) }, "second"},
+	}
+	for _, st := range steps {
+		st.do()
+		if got := cn(); got != st.want {
+			t.Errorf("%s: got certificate %q, want %q", st.name, got, st.want)
 		}
 	}
 }

@@ -253,3 +253,34 @@ func TestDepsClientCertRotates(t *testing.T) {
 		}
 	}
 }
+
+// TestDepsEtcdEndpointsRefused: what clientv3 would do without a word, a
+// plain connection despite TLS flags or a password in plain text to
+// another machine, is refused.
+func TestDepsEtcdEndpointsRefused(t *testing.T) {
+	tests := []struct {
+		endpoint string
+		tls      bool
+		password string
+		insecure bool
+		want     string // in the error; "" for none
+	}{
+		{"http://10.0.0.1:2379", true, "", false, "is plain http although"},
+		{"https://10.0.0.1:2379", true, "pw", false, ""},
+		{"10.0.0.1:2379", true, "pw", false, ""},
+		{"https://10.0.0.1:2379", false, "pw", false, ""},
+		{"http://10.0.0.1:2379", false, "pw", false, "--etcd-password would go in plain text to http://10.0.0.1:2379"},
+		{"10.0.0.1:2379", false, "pw", false, "--etcd-password would go in plain text to 10.0.0.1:2379"},
+		{"http://10.0.0.1:2379", false, "pw", true, ""},
+		{"http://127.0.0.1:2379", false, "pw", false, ""},
+		{"localhost:2379", false, "pw", false, ""},
+		{"http://10.0.0.1:2379", false, "", false, ""},
+	}
+	for _, tc := range tests {
+		d := depsConfig{EtcdPassword: tc.password}
+		err := d.checkEtcdEndpoints([]string{tc.endpoint}, tc.tls, tc.insecure)
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s (tls %v, password %q, insecure %v): got %v, want %q", tc.endpoint, tc.tls, tc.password, tc.insecure, err, tc.want)
+		}
+	}
+}

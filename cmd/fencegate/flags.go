@@ -40,6 +40,7 @@ type serveConfig struct {
 	Proxy           proxy.Config
 	Postgres        postgres.Config
 	Redis           redis.Config
+	Deps            depsConfig
 }
 
 func defaultServeConfig() serveConfig {
@@ -70,6 +71,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 		fs.StringVar(&c.PostgresDSN, "postgres-dsn", c.PostgresDSN, "PostgreSQL connection string; enables /sql. Its role must be a member of fencegate_runtime (fencegate migrate --runtime-role), not a superuser")
 		fs.StringVar(&c.PostgresMigrateDSN, "postgres-migrate-dsn", c.PostgresMigrateDSN, "an admin's PostgreSQL connection string to apply fencegate's schema with at start, granting it to --postgres-dsn's role (default: only check that fencegate migrate was run)")
 		fs.StringVar(&c.RedisAddr, "redis-addr", c.RedisAddr, "Redis host:port; enables /redis")
+		c.Deps.register(fs)
 	}
 	c.Security.register(fs)
 	fs.IntVar(&c.Proxy.MaxInFlight, "max-in-flight", c.Proxy.MaxInFlight, "most writes in flight to each backend; past it writes get OVERLOADED")

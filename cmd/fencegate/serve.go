@@ -19,6 +19,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"golang.org/x/sync/errgroup"
@@ -107,6 +108,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		registerBatchMetrics(reg, "postgres", pg.Stats)
 	}
 	if cfg.RedisAddr != "" {
+		if err := cfg.Deps.applyRedis(&cfg.Redis); err != nil {
+			return err
+		}
 		rd, err := redis.Open(ctx, cfg.RedisAddr, cfg.Redis)
 		if err != nil {
 			return err
@@ -277,20 +281,33 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 // dialEtcd connects to etcd and checks it answers, so a wrong endpoint is
 // one clear line at start rather than a hang.
 func dialEtcd(ctx context.Context, cfg serveConfig) (*clientv3.Client, error) {
+	tlsCfg, err := cfg.Deps.etcdTLS()
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.Deps.checkEtcdEndpoints(cfg.endpoints(), tlsCfg != nil, cfg.Insecure); err != nil {
+		return nil, err
+	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.endpoints(),
 		DialTimeout: cfg.EtcdDialTimeout,
 		Context:     ctx,
 		Logger:      zap.NewNop(),
+		TLS:         tlsCfg,
+		Username:    cfg.Deps.EtcdUser,
+		Password:    cfg.Deps.EtcdPassword,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd at %s: %w", cfg.EtcdEndpoints, err)
+		return nil, fmt.Errorf("etcd at %s: %w", cfg.EtcdEndpoints, explainEtcd(ctx, cfg.endpoints(), tlsCfg, cfg.EtcdDialTimeout, err))
 	}
 	cctx, cancel := context.WithTimeout(ctx, cfg.EtcdDialTimeout)
 	defer cancel()
 	if _, err := cli.Get(cctx, "health", clientv3.WithCountOnly()); err != nil {
 		cli.Close()
-		return nil, fmt.Errorf("etcd at %s is unreachable: %w", cfg.EtcdEndpoints, err)
+		if errors.Is(err, rpctypes.ErrPermissionDenied) {
+			return nil, cfg.Deps.etcdDenied(cfg.EtcdEndpoints, err)
+		}
+		return nil, fmt.Errorf("etcd at %s is unreachable: %w", cfg.EtcdEndpoints, explainEtcd(ctx, cfg.endpoints(), tlsCfg, cfg.EtcdDialTimeout, err))
 	}
 	return cli, nil
 }

@@ -35,6 +35,20 @@ type Config struct {
 	// NoFsync disables fsync. Faster, and loses data on a machine crash:
 	// for tests only.
 	NoFsync bool
+	// ClientTLS, when not nil, serves clients over TLS only: ClientURL's
+	// scheme is then https (an empty ClientURL picks one).
+	ClientTLS *ClientTLS
+}
+
+// ClientTLS are the files of the client listener's TLS.
+type ClientTLS struct {
+	CertFile, KeyFile string
+	// TrustedCAFile verifies client certificates.
+	TrustedCAFile string
+	// ClientCertAuth requires a client certificate signed by
+	// TrustedCAFile. With etcd auth on, a client that gives no password is
+	// then the user named by its certificate's common name.
+	ClientCertAuth bool
 }
 
 // ErrPortInUse reports that a configured address is taken by another
@@ -71,11 +85,15 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Name == "" {
 		cfg.Name = "fencegate"
 	}
-	clientURL, err := resolveURL(cfg.ClientURL)
+	scheme := "http"
+	if cfg.ClientTLS != nil {
+		scheme = "https"
+	}
+	clientURL, err := resolveURL(cfg.ClientURL, scheme)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: client URL: %w", err)
 	}
-	peerURL, err := resolveURL(cfg.PeerURL)
+	peerURL, err := resolveURL(cfg.PeerURL, "http")
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: peer URL: %w", err)
 	}
@@ -97,6 +115,13 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.AdvertisePeerUrls = []url.URL{peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
 	ec.UnsafeNoFsync = cfg.NoFsync
+	if t := cfg.ClientTLS; t != nil {
+		ec.ClientTLSInfo.CertFile = t.CertFile
+		ec.ClientTLSInfo.KeyFile = t.KeyFile
+		ec.ClientTLSInfo.TrustedCAFile = t.TrustedCAFile
+		ec.ClientTLSInfo.ClientCertAuth = t.ClientCertAuth
+		ec.ClientAutoTLS = false
+	}
 	ec.LogLevel = "error"
 	if cfg.Verbose {
 		ec.LogLevel = "info"
@@ -168,8 +193,9 @@ func (s *Server) Close() {
 	}
 }
 
-// resolveURL parses raw, or picks a free loopback port when raw is empty.
-func resolveURL(raw string) (url.URL, error) {
+// resolveURL parses raw, which must have scheme, or picks a free loopback
+// port when raw is empty.
+func resolveURL(raw, scheme string) (url.URL, error) {
 	if raw == "" {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
@@ -179,14 +205,14 @@ func resolveURL(raw string) (url.URL, error) {
 		if err := l.Close(); err != nil {
 			return url.URL{}, err
 		}
-		return url.URL{Scheme: "http", Host: addr}, nil
+		return url.URL{Scheme: scheme, Host: addr}, nil
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
 		return url.URL{}, err
 	}
-	if u.Scheme != "http" {
-		return url.URL{}, fmt.Errorf("%q: scheme must be http", raw)
+	if u.Scheme != scheme {
+		return url.URL{}, fmt.Errorf("%q: scheme must be %s", raw, scheme)
 	}
 	if _, _, err := net.SplitHostPort(u.Host); err != nil {
 		return url.URL{}, fmt.Errorf("%q: %w", raw, err)

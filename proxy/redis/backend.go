@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -52,6 +54,9 @@ func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 		WriteTimeout:          cfg.WriteTimeout,
 		ContextTimeoutEnabled: true,
 		PoolSize:              cfg.PoolSize,
+		TLSConfig:             cfg.TLS,
+		Username:              cfg.Username,
+		Password:              cfg.Password,
 		DisableIdentity:       true,
 		MaintNotificationsConfig: &maintnotifications.Config{
 			Mode: maintnotifications.ModeDisabled,
@@ -60,9 +65,71 @@ func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 	b.co = coalesce.New(cfg.PoolSize, maxBatch, b.runBatch)
 	if err := b.Ping(ctx); err != nil {
 		_ = b.client.Close()
-		return nil, fmt.Errorf("redis: cannot reach %s: %w", addr, oneLine(err))
+		return nil, fmt.Errorf("redis: cannot reach %s: %w%s", addr, oneLine(err), resetHint(cfg, err))
+	}
+	if err := b.checkACL(ctx); err != nil {
+		_ = b.client.Close()
+		return nil, err
 	}
 	return b, nil
+}
+
+// aclScript lists the commands of the fenced write's own bookkeeping that
+// the user may not run. Redis aborts a script at a refused redis.call but
+// keeps what it wrote before: without RESTORE, say, a failed write would
+// stay half applied instead of rolled back. The caller's commands run
+// through pcall, so a refused one is rolled back like any failure.
+const aclScript = `
+local missing = {}
+local function check(...)
+  if not redis.acl_check_cmd(...) then
+    missing[#missing + 1] = (...)
+  end
+end
+local k = KEYS[1]
+check('GET', k)
+check('SET', k, '1')
+check('DUMP', k)
+check('PTTL', k)
+check('RESTORE', k, '0', 'x', 'REPLACE')
+check('DEL', k)
+check('STRLEN', k)
+check('HGET', k, 'f')
+return missing
+`
+
+// checkACL fails when the Redis user may not run what every fenced write
+// needs (see aclScript), naming the commands.
+func (b *Backend) checkACL(ctx context.Context) error {
+	user := b.cfg.Username
+	if user == "" {
+		user = "default"
+	}
+	res, err := b.client.Eval(ctx, aclScript, []string{TokenKey("acl-check")}).StringSlice()
+	if err != nil {
+		return fmt.Errorf("redis: checking the ACL of user %q on %s: %w", user, b.addr, oneLine(err))
+	}
+	if len(res) > 0 {
+		return fmt.Errorf("redis: user %q on %s may not run %s, which every fenced write needs (grant the ACL in docs/SECURITY.md)",
+			user, b.addr, strings.Join(res, ", "))
+	}
+	return nil
+}
+
+// resetHint guesses why the server dropped the connection: a TLS-only
+// server resets plain connections, and one that requires a client
+// certificate may reset the connection before its alert is read.
+func resetHint(cfg Config, err error) string {
+	if !errors.Is(err, syscall.ECONNRESET) && !errors.Is(err, io.EOF) {
+		return ""
+	}
+	switch {
+	case cfg.TLS == nil:
+		return " (is it a TLS port? none is configured)"
+	case len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetClientCertificate == nil:
+		return " (does it require a client certificate? none is configured)"
+	}
+	return ""
 }
 
 // newBackend returns a Backend with its checked config and allowlist, not

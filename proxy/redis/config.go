@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"crypto/tls"
 	"fmt"
 	"runtime"
 	"time"
@@ -44,6 +45,14 @@ type Config struct {
 	// value can be read back. Default 4 MiB, or MaxValueBytes if that is
 	// larger.
 	MaxReplyBytes int
+	// TLS, when not nil, makes every connection TLS with this config (its
+	// RootCAs, ServerName, and client certificate if the server asks for
+	// one). Nil means plain TCP.
+	TLS *tls.Config
+	// Username and Password authenticate every connection (Redis 6 ACL;
+	// an empty Username with a Password is the default user, requirepass).
+	Username string
+	Password string
 }
 
 // Limits of the size fields.

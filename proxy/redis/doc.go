@@ -109,7 +109,11 @@
 //   - It is not a security boundary. Use Redis ACLs to limit what the user
 //     fencegate connects as can do; the allowlist, the key rule and the
 //     limits keep a caller to its fence's keys and the script's guarantees,
-//     but Redis's own privileges draw the real boundary.
+//     but Redis's own privileges draw the real boundary. Open refuses a
+//     user who may not run the commands a write's rollback needs (DUMP,
+//     PTTL, RESTORE, DEL, ...): Redis would abort the script there and
+//     keep the half-done write. Config.TLS, Username and Password secure
+//     the connections.
 //   - Fences lists fences with SCAN: its cost grows with the whole
 //     database and a fence created during the walk may be missing.
 //

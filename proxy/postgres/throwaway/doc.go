@@ -8,6 +8,9 @@
 // shutdown and removes the temporary directory, leaving no process, port or
 // file behind.
 //
+// Options.TLS turns ssl on with a given certificate and key, copied into the
+// data directory for the server's user, as PostgreSQL requires.
+//
 // The server binaries (initdb, postgres) are looked up on PATH and then in
 // /usr/lib/postgresql/*/bin, highest version first. PostgreSQL refuses to run
 // as root, so when the calling process is root the server runs as the

@@ -45,6 +45,16 @@ type Options struct {
 	// StartTimeout bounds how long Start and Restart wait for the server to
 	// accept connections, in addition to ctx. Zero means 30s.
 	StartTimeout time.Duration
+	// TLS, when not nil, turns ssl on with this certificate and key.
+	// Clients may still connect without TLS (sslmode=disable).
+	TLS *TLSOptions
+}
+
+// TLSOptions are the server's certificate and key files. Start copies them
+// into the data directory, owned by the server's user with mode 0600, as
+// PostgreSQL requires of its key.
+type TLSOptions struct {
+	CertFile, KeyFile string
 }
 
 // Server is a running throwaway PostgreSQL server. Its methods are safe for
@@ -79,7 +89,11 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		gid, _ := strconv.ParseUint(u.Gid, 10, 32)
 		s.cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid), NoSetGroups: true}
 	}
-	if err := s.initCluster(ctx); err != nil {
+	err = s.initCluster(ctx)
+	if err == nil {
+		err = s.installTLS()
+	}
+	if err != nil {
 		if s.tempDir != "" {
 			_ = os.RemoveAll(s.tempDir)
 		}
@@ -170,6 +184,41 @@ func (s *Server) initCluster(ctx context.Context) error {
 	return nil
 }
 
+// tlsCertName and tlsKeyName are the server's certificate and key in the
+// data directory.
+const (
+	tlsCertName = "fencegate-server.crt"
+	tlsKeyName  = "fencegate-server.key"
+)
+
+// installTLS copies Options.TLS's files into the data directory, owned by
+// the server's user.
+func (s *Server) installTLS() error {
+	t := s.opts.TLS
+	if t == nil {
+		return nil
+	}
+	for _, f := range []struct{ from, to string }{{t.CertFile, tlsCertName}, {t.KeyFile, tlsKeyName}} {
+		data, err := os.ReadFile(f.from)
+		if err != nil {
+			return fmt.Errorf("throwaway postgres: TLS: %w", err)
+		}
+		to := filepath.Join(s.dataDir, f.to)
+		if err := os.WriteFile(to, data, 0o600); err != nil {
+			return fmt.Errorf("throwaway postgres: TLS: %w", err)
+		}
+		if err := os.Chmod(to, 0o600); err != nil {
+			return fmt.Errorf("throwaway postgres: TLS: %w", err)
+		}
+		if s.cred != nil {
+			if err := os.Chown(to, int(s.cred.Uid), int(s.cred.Gid)); err != nil {
+				return fmt.Errorf("throwaway postgres: TLS: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
 // command builds a command for one of the server binaries, run as the
 // postgres user when we are root, with PG* variables removed from the
 // environment so they cannot redirect it.
@@ -196,6 +245,9 @@ func (s *Server) runPostmaster(ctx context.Context, port int) (*serverproc.Proce
 		"-c", "listen_addresses=127.0.0.1",
 		"-c", "unix_socket_directories=" + s.dataDir,
 		"-c", "logging_collector=off",
+	}
+	if s.opts.TLS != nil {
+		args = append(args, "-c", "ssl=on", "-c", "ssl_cert_file="+tlsCertName, "-c", "ssl_key_file="+tlsKeyName)
 	}
 	if !s.opts.Durable {
 		args = append(args, "-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off")

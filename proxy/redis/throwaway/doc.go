@@ -8,10 +8,15 @@
 // Close stops the server and removes its temporary directory, leaving no
 // process, port or file behind.
 //
+// Options.TLS makes it serve TLS only (Debian's redis-server is built with
+// TLS), optionally requiring client certificates; Options.Users adds ACL
+// users. Without a TLS listener the readiness check is the ready log line
+// and a TCP connection, as the harness holds no client certificate.
+//
 // redis-server is looked up on PATH and then in /usr/bin and /usr/sbin.
 //
-// What it does not do: it is not a production server. There is no
-// authentication, no persistence and no memory limit. If the calling process
+// What it does not do: it is not a production server. Without Users the
+// default user needs no password; there is no persistence and no memory limit. If the calling process
 // is killed with SIGKILL the server receives SIGTERM through the parent-death
 // signal on Linux, but its temporary directory stays behind.
 package throwaway

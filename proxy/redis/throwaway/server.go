@@ -40,6 +40,25 @@ type Options struct {
 	// Zero means 1, so that a command reaching another database fails;
 	// tests of such commands ask for more.
 	Databases int
+	// TLS, when not nil, makes the server serve TLS only, on Port: there is
+	// no plain TCP listener.
+	TLS *TLSOptions
+	// Users are ACL users, each a line as in redis.conf after "user": a
+	// name and its rules, e.g. "fencegate on >secret ~* &* -@all +evalsha".
+	// A line for "default" replaces the default user's rules (which are
+	// "on nopass ~* &* +@all" otherwise).
+	Users []string
+}
+
+// TLSOptions are the server's TLS files (redis-server --tls-*).
+type TLSOptions struct {
+	// CertFile and KeyFile are the server's certificate and key.
+	CertFile, KeyFile string
+	// CAFile is the bundle that client certificates are verified with.
+	CAFile string
+	// AuthClients requires a client certificate signed by CAFile
+	// (tls-auth-clients yes); otherwise none is asked for.
+	AuthClients bool
 }
 
 // Server is a running throwaway Redis server. Its methods are safe for
@@ -110,7 +129,6 @@ func FindBinary() (string, error) {
 // runServer starts redis-server on port and waits until it answers PING.
 func (s *Server) runServer(ctx context.Context, port int) (*serverproc.Process, error) {
 	args := []string{
-		"--port", strconv.Itoa(port),
 		"--bind", "127.0.0.1",
 		"--protected-mode", "yes",
 		"--dir", s.dir,
@@ -119,6 +137,23 @@ func (s *Server) runServer(ctx context.Context, port int) (*serverproc.Process, 
 		"--daemonize", "no",
 		"--logfile", "",
 		"--databases", strconv.Itoa(max(1, s.opts.Databases)),
+	}
+	if t := s.opts.TLS; t != nil {
+		auth := "no"
+		if t.AuthClients {
+			auth = "yes"
+		}
+		args = append(args, "--port", "0", "--tls-port", strconv.Itoa(port),
+			"--tls-cert-file", t.CertFile, "--tls-key-file", t.KeyFile, "--tls-auth-clients", auth)
+		if t.CAFile != "" {
+			args = append(args, "--tls-ca-cert-file", t.CAFile)
+		}
+	} else {
+		args = append(args, "--port", strconv.Itoa(port))
+	}
+	for _, u := range s.opts.Users {
+		// Each word is one argument of the "user" directive.
+		args = append(args, append([]string{"--user"}, strings.Fields(u)...)...)
 	}
 	// Not CommandContext: ctx bounds the start, not the server's life.
 	cmd := exec.Command(s.bin, args...)
@@ -131,14 +166,31 @@ func (s *Server) runServer(ctx context.Context, port int) (*serverproc.Process, 
 	if err := p.WaitReady(ctx); err != nil {
 		return nil, fmt.Errorf("throwaway redis: %w: %s", err, tail(p.Log()))
 	}
-	if err := ping(ctx, addr(port)); err != nil {
+	check := ping
+	if s.opts.TLS != nil {
+		// The harness holds no client certificate: a TCP connection to the
+		// TLS port, after the ready line, is the check.
+		check = dial
+	}
+	if err := check(ctx, addr(port)); err != nil {
 		p.Kill()
 		return nil, fmt.Errorf("throwaway redis: server does not answer PING: %w: %s", err, tail(p.Log()))
 	}
 	return p, nil
 }
 
-// ping sends one inline PING and expects +PONG.
+// dial checks that addr accepts a TCP connection.
+func dial(ctx context.Context, addr string) error {
+	var d net.Dialer
+	conn, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	return conn.Close()
+}
+
+// ping sends one inline PING and expects +PONG, or -NOAUTH when Users
+// turned the default user's password on: either is the server answering.
 func ping(ctx context.Context, addr string) error {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
@@ -156,8 +208,8 @@ func ping(ctx context.Context, addr string) error {
 	if err != nil {
 		return err
 	}
-	if strings.TrimSpace(line) != "+PONG" {
-		return fmt.Errorf("got %q, want +PONG", strings.TrimSpace(line))
+	if line = strings.TrimSpace(line); line != "+PONG" && !strings.HasPrefix(line, "-NOAUTH") {
+		return fmt.Errorf("got %q, want +PONG", line)
 	}
 	return nil
 }

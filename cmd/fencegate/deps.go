@@ -86,14 +86,6 @@ func (d *depsConfig) checkEtcdEndpoints(endpoints []string, tlsOn, insecure bool
 	return nil
 }
 
-func isLoopback(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // applyRedis sets the Redis credentials and TLS flags into c.
 func (d *depsConfig) applyRedis(c *redis.Config) error {
 	c.Username, c.Password = d.RedisUser, d.RedisPassword

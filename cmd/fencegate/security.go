@@ -65,7 +65,7 @@ func (c *securityConfig) checkExposure(insecure bool, addrs ...[2]string) error 
 	}
 	for _, a := range addrs {
 		flagName, addr := a[0], a[1]
-		if addr == "" || isLoopback(addr) {
+		if addr == "" || isLoopbackAddr(addr) {
 			continue
 		}
 		var missing []string
@@ -83,14 +83,16 @@ func (c *securityConfig) checkExposure(insecure bool, addrs ...[2]string) error 
 	return nil
 }
 
-// isLoopback reports whether a listen address only accepts connections
-// from this host: a loopback IP or "localhost". An empty host, 0.0.0.0, ::
-// and other names listen beyond it.
-func isLoopback(addr string) bool {
+// isLoopbackAddr reports whether a listen address only accepts
+// connections from this host. An empty host, 0.0.0.0, :: and names other
+// than localhost listen beyond it.
+func isLoopbackAddr(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return false
-	}
+	return err == nil && isLoopback(host)
+}
+
+// isLoopback reports whether host is a loopback IP or "localhost".
+func isLoopback(host string) bool {
 	if host == "localhost" {
 		return true
 	}

@@ -494,6 +494,18 @@ func TestBearerTokens(t *testing.T) {
 	if n := e.count(t, "a_t"); n != 2 {
 		t.Errorf("a_t holds %d rows, want cron's 2", n)
 	}
+	// Counted like every other refusal: 3 over gRPC, 2 over HTTP. (The
+	// fence label is "_other" for those refused before the watch delivered
+	// fence a's term.)
+	metrics := httpGet(t, hc, "https://"+g.httpAddr+"/metrics")
+	for _, want := range []string{
+		`fencegate_requests_total{backend="postgres",outcome="unauthenticated"} 5`,
+		`reason="unauthenticated"}`,
+	} {
+		if !strings.Contains(metrics, want) {
+			t.Errorf("metrics lack %s:\n%s", want, grepLines(metrics, "unauthenticated"))
+		}
+	}
 }
 
 // TestInFlightBound: writes past --max-in-flight are refused with
@@ -592,4 +604,14 @@ func readAudit(t *testing.T, path string) []map[string]any {
 		out = append(out, r)
 	}
 	return out
+}
+
+func grepLines(s, sub string) string {
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if strings.Contains(l, sub) {
+			out = append(out, l)
+		}
+	}
+	return strings.Join(out, "\n")
 }

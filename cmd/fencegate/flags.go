@@ -145,6 +145,9 @@ func (c *serveConfig) validate() error {
 	if err := c.Security.checkExposure(c.Insecure, [2]string{"--grpc-addr", c.GRPCAddr}, [2]string{"--http-addr", c.HTTPAddr}); err != nil {
 		return err
 	}
+	if c.PprofAddr != "" && !isLoopbackAddr(c.PprofAddr) && !c.Insecure {
+		return fmt.Errorf("--pprof-addr %s is reachable from other hosts, and pprof has no TLS or authentication: listen on loopback, or pass --insecure", c.PprofAddr)
+	}
 	c.Proxy.PolicyShadow = c.Security.PolicyMode == "shadow"
 	if err := c.Proxy.Validate(); err != nil {
 		return err

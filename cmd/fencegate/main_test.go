@@ -50,6 +50,10 @@ func TestServeErrors(t *testing.T) {
 		{"etcd unreachable", []string{"serve", "--postgres-dsn=postgres://x@127.0.0.1:1/x", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms"}, nil, "etcd at 127.0.0.1:1 is unreachable"},
 		{"env dsn used", []string{"serve", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms"}, map[string]string{"FENCEGATE_POSTGRES_DSN": "postgres://x"}, "etcd at"},
 		{"unknown command", []string{"frobnicate"}, nil, "usage"},
+		{"exposed", []string{"serve", "--postgres-dsn=postgres://x", "--grpc-addr=0.0.0.0:7070"}, nil, "--grpc-addr 0.0.0.0:7070 is reachable from other hosts without --cert-file and --policy-file"},
+		{"exposed pprof", []string{"serve", "--postgres-dsn=postgres://x", "--pprof-addr=:6060"}, nil, "--pprof-addr :6060 is reachable from other hosts"},
+		{"shadow without policy", []string{"serve", "--postgres-dsn=postgres://x", "--policy-mode=shadow"}, nil, "--policy-mode=shadow needs --policy-file"},
+		{"bad cert file", []string{"serve", "--postgres-dsn=postgres://x", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms", "--cert-file=/nonexistent.pem", "--key-file=/nonexistent-key.pem"}, nil, "--cert-file /nonexistent.pem: "},
 		{"dev postgres port", []string{"dev", "--postgres-port=70000"}, nil, "--postgres-port=70000: want a TCP port"},
 		{"dev redis port", []string{"dev", "--redis-port=-1"}, nil, "--redis-port=-1: want a TCP port"},
 	}

@@ -108,10 +108,10 @@ type security struct {
 	audit  *audit.Log          // nil without --audit-log
 }
 
-// newSecurity loads the certificates, token file, policy and audit log,
-// each failing start-up with one line naming the flag and file. check
-// validates each policy loaded (roles against the database).
-func newSecurity(c securityConfig, log *slog.Logger, reg prometheus.Registerer, check func(*policy.Policy) error) (*security, error) {
+// newSecurity loads the certificates, token file and audit log, each
+// failing start-up with one line naming the flag and file; loadPolicy
+// follows once the backends are open.
+func newSecurity(c securityConfig, log *slog.Logger, reg prometheus.Registerer) (*security, error) {
 	s := &security{}
 	var err error
 	s.tls, err = auth.NewServerTLS(auth.TLSFiles{
@@ -124,12 +124,6 @@ func newSecurity(c securityConfig, log *slog.Logger, reg prometheus.Registerer, 
 	if err != nil {
 		return nil, err
 	}
-	if c.PolicyFile != "" {
-		s.policy, err = policy.NewStore(c.PolicyFile, policy.StoreOptions{Logger: log, Registerer: reg, Check: check})
-		if err != nil {
-			return nil, fmt.Errorf("--policy-file %w", err)
-		}
-	}
 	if c.AuditLog != "" {
 		s.audit, err = audit.Open(c.AuditLog, audit.Options{Logger: log, Registerer: reg})
 		if err != nil {
@@ -137,6 +131,20 @@ func newSecurity(c securityConfig, log *slog.Logger, reg prometheus.Registerer, 
 		}
 	}
 	return s, nil
+}
+
+// loadPolicy reads --policy-file, if set. check validates each policy
+// loaded, now and on every reload (its roles against the database).
+func (s *security) loadPolicy(c securityConfig, log *slog.Logger, reg prometheus.Registerer, check func(*policy.Policy) error) error {
+	if c.PolicyFile == "" {
+		return nil
+	}
+	var err error
+	s.policy, err = policy.NewStore(c.PolicyFile, policy.StoreOptions{Logger: log, Registerer: reg, Check: check})
+	if err != nil {
+		return fmt.Errorf("--policy-file %w", err)
+	}
+	return nil
 }
 
 // reload is SIGHUP: certificates, token file and policy are re-read, the

@@ -80,13 +80,19 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		return errors.New("no backend configured: set --postgres-dsn or --redis-addr (or FENCEGATE_POSTGRES_DSN, FENCEGATE_REDIS_ADDR)")
 	}
 
+	reg := prometheus.NewRegistry()
+	sec, err := newSecurity(cfg.Security, log, reg)
+	if err != nil {
+		return err
+	}
+	defer sec.close()
+
 	etcd, err := dialEtcd(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer etcd.Close()
 
-	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := proxy.Options{Logger: log, Registerer: reg}
 	var pg *postgres.Backend
@@ -120,7 +126,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		registerBatchMetrics(reg, "redis", rd.Stats)
 	}
 
-	sec, err := newSecurity(cfg.Security, log, reg, func(p *policy.Policy) error {
+	err = sec.loadPolicy(cfg.Security, log, reg, func(p *policy.Policy) error {
 		if pg == nil {
 			return nil
 		}
@@ -131,7 +137,6 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	if err != nil {
 		return err
 	}
-	defer sec.close()
 	opts.AuthRequired = sec.authn.Required()
 	if sec.policy != nil {
 		opts.Policy = sec.policy

@@ -1,0 +1,95 @@
+package proxy
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/proxy/audit"
+	"github.com/fencegate/fencegate/proxy/policy"
+	"github.com/fencegate/fencegate/tokens"
+)
+
+// Admission is one transaction of a protocol front that applies writes
+// itself (the PostgreSQL listener runs the fence check inside the client's
+// own transaction, on the client's own server connection). The pipeline
+// has authorized it, decided on its token from memory or etcd, and taken an
+// in-flight slot; the front runs the fence check and the statements, then
+// calls Done exactly once with the outcome.
+type Admission struct {
+	g       *Gateway
+	ctx     context.Context
+	backend int
+	fence   string
+	t       tokens.Token
+	term    election.Term
+	hw      tokens.Token
+	gr      grant
+	start   time.Time
+	done    bool
+}
+
+// AdmitSQL admits a PostgreSQL transaction of fence with the raw token the
+// client gave: the same authorization (action sql.write), token decision
+// and in-flight bound as Exec. A stale or ended token is refused here,
+// without a backend round trip, whenever this replica already knows it is.
+// On error nothing is to be sent and the error is counted already.
+func (g *Gateway) AdmitSQL(ctx context.Context, fence, rawToken string) (*Admission, error) {
+	if g.pg == nil {
+		return nil, fmt.Errorf("%w: PostgreSQL (start fencegate with --postgres-dsn)", ErrNotConfigured)
+	}
+	a := &Admission{g: g, ctx: ctx, backend: backendPostgres, fence: fence, start: g.now()}
+	var err error
+	a.gr, err = g.authorize(ctx, policy.ActionSQLWrite, fence)
+	a.hw = g.auditHighWater(backendPostgres, fence)
+	if err == nil {
+		a.t, a.term, err = g.admit(ctx, backendPostgres, fence, rawToken, 1, a.start)
+	}
+	if err == nil {
+		err = g.enter(backendPostgres, fence, a.t)
+	}
+	if err != nil {
+		a.record(err, false, "", 0)
+		return nil, err
+	}
+	return a, nil
+}
+
+// Token is the admitted token.
+func (a *Admission) Token() tokens.Token { return a.t }
+
+// Role is the PostgreSQL role the policy runs the transaction's statements
+// as, or "" for the session's own.
+func (a *Admission) Role() string { return a.gr.role }
+
+// Done reports the transaction's outcome: nil when it committed with the
+// fence check, else a *tokens.RefusalError (the fence check refused, or a
+// statement failed; see postgres.RefusalOf). fingerprint is the audit
+// fingerprint of the statements (audit.Fingerprint of their text), rows
+// the rows they affected. Done releases the in-flight slot; calls after the
+// first are ignored.
+func (a *Admission) Done(err error, fingerprint string, rows int64) {
+	if a.done {
+		return
+	}
+	a.done = true
+	a.g.inflight[a.backend].Add(-1)
+	a.g.learn(a.ctx, a.backend, a.fence, a.t, a.term, err)
+	a.record(err, true, fingerprint, rows)
+}
+
+func (a *Admission) record(err error, ran bool, fingerprint string, rows int64) {
+	g := a.g
+	g.finish(a.ctx, a.backend, a.fence, a.t, a.start, err)
+	if g.audit == nil {
+		return
+	}
+	rec := g.auditRecord(a.ctx, policy.ActionSQLWrite, a.backend, a.fence, a.t, a.term, a.hw, a.gr, a.start, err)
+	if ran {
+		rec.Statements, rec.Rows = fingerprint, rows
+	} else {
+		rec.Statements = audit.Fingerprint()
+	}
+	g.audit.Write(rec)
+}

@@ -50,7 +50,7 @@
 //     the SQL check refuses every way to change it (SET, RESET,
 //     set_config, DO, transaction control), and CheckRoles refuses to
 //     serve roles as a superuser, with DDL allowed, or while a function
-//     that would leave the role exists (docs/SECURITY-roles.md).
+//     that would leave the role exists (docs/SECURITY.md, "PostgreSQL roles").
 //   - A write is acknowledged only when PostgreSQL confirmed it: every
 //     statement's CommandComplete, none of them a transaction command, and
 //     ReadyForQuery idle ('I') after its Sync. Anything else closes the

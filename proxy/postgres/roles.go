@@ -67,7 +67,7 @@ func (b *Backend) CheckRoles(ctx context.Context, roles []string) error {
 	}
 	// Functions that would take a statement past its role. A function
 	// whose body runs SET ROLE or set_config('role', …) is beyond this
-	// check: see docs/SECURITY-roles.md.
+	// check: see docs/SECURITY.md, "PostgreSQL roles".
 	var fn *string
 	err = conn.QueryRow(ctx, `
 SELECT p.oid::pg_catalog.regprocedure::text

@@ -18,7 +18,12 @@ type TLSFiles struct {
 	CertFile      string
 	KeyFile       string
 	TrustedCAFile string // set: a client certificate it signed is required
-	MinVersion    string // "1.2" (default) or "1.3"; "TLS1.2", "TLS1.3" too
+	// ClientCertOptional, with TrustedCAFile, verifies a client
+	// certificate when one is presented but lets a handshake without one
+	// through: bearer tokens are another way in, and the pipeline refuses
+	// callers with neither (UNAUTHENTICATED).
+	ClientCertOptional bool
+	MinVersion         string // "1.2" (default) or "1.3"; "TLS1.2", "TLS1.3" too
 }
 
 // nextProtos is offered by every handshake: the gRPC listener speaks h2,
@@ -154,6 +159,9 @@ func loadTLS(f TLSFiles, minVer uint16) (*tls.Config, error) {
 		}
 		cfg.ClientCAs = pool
 		cfg.ClientAuth = tls.RequireAndVerifyClientCert
+		if f.ClientCertOptional {
+			cfg.ClientAuth = tls.VerifyClientCertIfGiven
+		}
 		// A resumed session's chain is checked again against this pool by
 		// crypto/tls itself, so a ticket does not outlive its CA's removal
 		// (TestCABundleRotation).

@@ -279,7 +279,8 @@ func TestSecureServe(t *testing.T) {
 	})
 
 	t.Run("a writer of a writing b is not authorized", func(t *testing.T) {
-		err := execSQL(ctx, ac, "b", ta, "INSERT INTO b_t VALUES ('alice')")
+		// With b's current token: only the policy stands in the way.
+		err := execSQL(ctx, ac, "b", tb, "INSERT INTO b_t VALUES ('alice')")
 		reason, md := reasonOf(err)
 		if reason != "NOT_AUTHORIZED" || status.Code(err).String() != "PermissionDenied" ||
 			md["principal"] != "spiffe://test/a/alice" || md["action"] != "sql.write" {
@@ -426,9 +427,10 @@ func TestSecureServe(t *testing.T) {
 	})
 }
 
-// TestBearerTokens: without client certificates, callers name themselves
+// TestBearerTokens: callers without a client certificate name themselves
 // with a bearer token from --token-auth-file; none, or a wrong one, is
-// UNAUTHENTICATED over gRPC and HTTP and writes nothing.
+// UNAUTHENTICATED over gRPC and HTTP and writes nothing. A certificate
+// from another CA is still refused at the handshake.
 func TestBearerTokens(t *testing.T) {
 	e := newSecureEnv(t)
 	ctx := t.Context()
@@ -441,7 +443,8 @@ func TestBearerTokens(t *testing.T) {
     actions: [sql.write]
     postgres_role: a_writer
 `)
-	g := e.serveGateway(t, "--cert-file="+e.srv.CertFile, "--key-file="+e.srv.KeyFile,
+	// With a CA too: a client shows a certificate or a token.
+	g := e.serveGateway(t, "--cert-file="+e.srv.CertFile, "--key-file="+e.srv.KeyFile, "--trusted-ca-file="+e.ca.File,
 		"--token-auth-file="+tokensFile, "--policy-file="+policyFile)
 	ta := e.lead(t, "a", "cron")
 	c := e.client(t, g, nil)
@@ -456,6 +459,24 @@ func TestBearerTokens(t *testing.T) {
 	}
 	if err := execSQL(bearer("cron-secret"), c, "a", ta, "INSERT INTO a_t VALUES ('cron')"); err != nil {
 		t.Errorf("cron's token: %v", err)
+	}
+	other := authtest.NewCA(t, "other")
+	stranger := other.Issue(t, "stranger", authtest.Leaf{URIs: []string{"spiffe://test/a/x"}, Client: true})
+	if err := execSQL(bearer("cron-secret"), func() fencegatev1.GatewayClient {
+		// Sent whatever CAs the server asks for (Go's client would
+		// otherwise send none).
+		conn, err := grpc.NewClient(g.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
+			RootCAs: e.ca.Pool(),
+			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
+				return &stranger.TLS, nil
+			}})))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return fencegatev1.NewGatewayClient(conn)
+	}(), "a", ta, "INSERT INTO a_t VALUES ('stranger')"); err == nil {
+		t.Errorf("another CA's certificate with cron's token: accepted, want the handshake refused")
 	}
 
 	hc := httpsClient(e.ca.ClientTLS(nil))

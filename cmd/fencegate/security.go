@@ -31,7 +31,7 @@ type securityConfig struct {
 func (c *securityConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&c.CertFile, "cert-file", c.CertFile, "TLS certificate (PEM) of the gRPC and HTTP listeners; re-read when it changes")
 	fs.StringVar(&c.KeyFile, "key-file", c.KeyFile, "TLS key (PEM) of --cert-file")
-	fs.StringVar(&c.TrustedCAFile, "trusted-ca-file", c.TrustedCAFile, "CA bundle (PEM) verifying client certificates; when set, every client must present one (mTLS)")
+	fs.StringVar(&c.TrustedCAFile, "trusted-ca-file", c.TrustedCAFile, "CA bundle (PEM) verifying client certificates; when set, every client must present one (mTLS), unless --token-auth-file is set too: then a client shows a certificate or a bearer token")
 	fs.StringVar(&c.TLSMinVersion, "tls-min-version", c.TLSMinVersion, "lowest TLS version accepted: 1.2 or 1.3")
 	fs.StringVar(&c.TokenAuthFile, "token-auth-file", c.TokenAuthFile, "bearer tokens: lines '<name> <sha256 hex of the secret>'; a caller sending 'Authorization: Bearer <secret>' is token:<name>")
 	fs.StringVar(&c.PolicyFile, "policy-file", c.PolicyFile, "who may do what to which fence (YAML, see API.md); anything no rule allows is refused. Re-read on change and SIGHUP")
@@ -116,6 +116,7 @@ func newSecurity(c securityConfig, log *slog.Logger, reg prometheus.Registerer) 
 	var err error
 	s.tls, err = auth.NewServerTLS(auth.TLSFiles{
 		CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.TrustedCAFile, MinVersion: c.TLSMinVersion,
+		ClientCertOptional: c.TokenAuthFile != "",
 	}, log, auth.WithRegisterer(reg))
 	if err != nil {
 		return nil, err

@@ -212,6 +212,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	// Outermost, so nothing behind it sees a bearer secret or a caller
 	// it did not verify.
 	hs := api.NewHTTPServer(sec.authn.HTTPMiddleware(handler), cfg.HTTPServer)
+	// net/http logs each failed TLS handshake; anyone reaching the port
+	// could fill the log with them. Debug level, and in the log's format.
+	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.PprofAddr != "" {

@@ -198,7 +198,9 @@ func (s *Store) parse(data []byte) (*Policy, error) {
 }
 
 func (s *Store) install(p *Policy, sum [sha256.Size]byte) {
-	s.cur.Store(p)
+	if old := s.cur.Swap(p); old != nil {
+		s.log.Info("policy reloaded", "file", s.path, "rules", p.Rules())
+	}
 	s.seen = sum
 	s.m.valid.Set(1)
 	s.m.rules.Set(float64(p.Rules()))

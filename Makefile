@@ -27,6 +27,8 @@ CHAOS_LONG_CONTROL  ?= 5m
 # sure to see a zombie write land (it must, or the run fails); and their
 # leaders are hostile: one write in ten is preceded by an attack with the
 # leader's own token, which fencegate must refuse (control runs send none).
+# Every run's replicas serve TLS with client certificates and a policy
+# (fencechaos --secure, on by default; docs/SAFETY.md).
 CHAOS_SHORT_FLAGS   ?= --reckless=0.85 --hostile=0.1
 
 # Stamped into every build: `fencegate version` and its start-up log line.

@@ -86,7 +86,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&cfg.duration, "duration", 0, "measured time of each load (default 5s, quick 1s)")
 	fs.DurationVar(&cfg.warmup, "warmup", 0, "warm-up before each load (default 1s, quick 300ms)")
 	fs.IntVar(&cfg.reps, "reps", 0, "repetitions of each load, paths interleaved (default 2, quick 1)")
-	fs.StringVar(&cfg.paths, "paths", "", "comma-separated paths to measure (default all: pg-direct-plain,pg-direct-fenced,pg-grpc,pg-http,redis-direct-plain,redis-direct-fenced,redis-grpc,redis-http)")
+	fs.StringVar(&cfg.paths, "paths", "", "comma-separated paths to measure (default all: "+strings.Join(allPaths, ",")+"; a -secure path goes through a second gateway with TLS, client certificates and a policy)")
 	fs.StringVar(&cfg.only, "only", "", "comma-separated parts to run: load,sqlcheck,stale,propagation,failover,elections (default all)")
 	fs.IntVar(&cfg.killTrials, "kill-trials", 0, "failover trials with a leader SIGKILL (default 20, quick 3)")
 	fs.IntVar(&cfg.resignTrials, "resign-trials", 0, "failover trials with a resigning leader (default 50, quick 10)")
@@ -193,6 +193,20 @@ func (c config) wants(part string) bool {
 	}
 	for _, p := range parts {
 		if p == part {
+			return true
+		}
+	}
+	return false
+}
+
+// wantsSecure reports whether a secure path is to be measured, so the
+// secure gateway is needed.
+func (c config) wantsSecure() bool {
+	if !c.wants("load") {
+		return false
+	}
+	for _, p := range allPaths {
+		if secure(p) && c.wantsPath(p) {
 			return true
 		}
 	}

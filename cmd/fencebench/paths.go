@@ -16,6 +16,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
@@ -37,7 +38,10 @@ const (
 	redisHTTP         = "redis-http"
 )
 
-var allPaths = []string{pgDirectPlain, pgDirectFenced, pgGRPC, pgHTTP, redisDirectPlain, redisDirectFenced, redisGRPC, redisHTTP}
+var allPaths = []string{
+	pgDirectPlain, pgDirectFenced, pgGRPC, pgGRPCSecure, pgHTTP, pgHTTPSecure,
+	redisDirectPlain, redisDirectFenced, redisGRPC, redisGRPCSecure, redisHTTP, redisHTTPSecure,
+}
 
 func isPath(p string) bool {
 	for _, q := range allPaths {
@@ -50,11 +54,19 @@ func isPath(p string) bool {
 
 // viaGateway reports whether path goes through fencegate.
 func viaGateway(path string) bool {
-	switch path {
+	switch plainTwin(path) {
 	case pgGRPC, pgHTTP, redisGRPC, redisHTTP:
 		return true
 	}
 	return false
+}
+
+// gateFor is the gateway path goes through.
+func (e *env) gateFor(path string) *gateway {
+	if secure(path) {
+		return e.secure
+	}
+	return e.gate
 }
 
 // The write every path makes: the INSERT alone, or a Redis SET.
@@ -152,7 +164,12 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 		}
 		return clientSet{ops: ops, close: func() { _ = b.Close() }}, nil
 
-	case pgGRPC, redisGRPC:
+	case pgGRPC, redisGRPC, pgGRPCSecure, redisGRPCSecure:
+		g := e.gateFor(path)
+		creds := insecure.NewCredentials()
+		if g.tls != nil {
+			creds = credentials.NewTLS(g.tls)
+		}
 		nconn := (clients + cfg.grpcPerConn - 1) / cfg.grpcPerConn
 		conns := make([]*grpc.ClientConn, nconn)
 		closeAll := func() {
@@ -163,7 +180,7 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 			}
 		}
 		for i := range conns {
-			c, err := grpc.NewClient(e.gate.grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+			c, err := grpc.NewClient(g.grpcAddr, grpc.WithTransportCredentials(creds))
 			if err != nil {
 				closeAll()
 				return clientSet{}, err
@@ -175,7 +192,7 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 			t := at(i)
 			gc := fencegatev1.NewGatewayClient(conns[i%nconn])
 			md := metadata.Pairs("fencing-token", strconv.FormatInt(t.token, 10))
-			if path == pgGRPC {
+			if plainTwin(path) == pgGRPC {
 				req := &fencegatev1.ExecRequest{Fence: t.fence, Statements: []*fencegatev1.Statement{{
 					Sql:    insertSQL,
 					Params: []*structpb.Value{structpb.NewStringValue(t.fence), structpb.NewNumberValue(float64(t.token))},
@@ -195,8 +212,9 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 		}
 		return clientSet{ops: ops, close: closeAll}, nil
 
-	case pgHTTP, redisHTTP:
-		tr := &http.Transport{MaxIdleConns: clients, MaxIdleConnsPerHost: clients, IdleConnTimeout: time.Minute, DisableCompression: true}
+	case pgHTTP, redisHTTP, pgHTTPSecure, redisHTTPSecure:
+		g := e.gateFor(path)
+		tr := &http.Transport{MaxIdleConns: clients, MaxIdleConnsPerHost: clients, IdleConnTimeout: time.Minute, DisableCompression: true, TLSClientConfig: g.tls}
 		hc := &http.Client{Transport: tr}
 		for i := range ops {
 			t := at(i)
@@ -204,11 +222,11 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 				url  string
 				body []byte
 			)
-			if path == pgHTTP {
-				url = "http://" + e.gate.httpAddr + "/v1/fences/" + t.fence + "/sql"
+			if plainTwin(path) == pgHTTP {
+				url = g.httpURL("/v1/fences/" + t.fence + "/sql")
 				body, _ = json.Marshal(map[string]any{"statements": []any{map[string]any{"sql": insertSQL, "params": []any{t.fence, t.token}}}})
 			} else {
-				url = "http://" + e.gate.httpAddr + "/v1/fences/" + t.fence + "/redis"
+				url = g.httpURL("/v1/fences/" + t.fence + "/redis")
 				body, _ = json.Marshal(map[string]any{"commands": [][]string{{"SET", redisKey(t.fence), "7"}}})
 			}
 			tok := strconv.FormatInt(t.token, 10)

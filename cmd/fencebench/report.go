@@ -95,6 +95,9 @@ func reference(path string) string {
 		return redisDirectPlain
 	case redisGRPC, redisHTTP:
 		return redisDirectFenced
+	case pgGRPCSecure, pgHTTPSecure, redisGRPCSecure, redisHTTPSecure:
+		// What TLS, client certificates and the policy cost.
+		return plainTwin(path)
 	}
 	return ""
 }
@@ -264,6 +267,9 @@ func (r *report) goals() []goal {
 	}
 	ratioGoal(redisGRPC, 64, 0.60)
 	ratioGoal(redisHTTP, 64, 0.45)
+	for _, p := range []string{pgGRPCSecure, redisGRPCSecure, pgHTTPSecure, redisHTTPSecure} {
+		ratioGoal(p, 16, 0.90)
+	}
 	for _, x := range r.results {
 		if x.Scenario != "stale" {
 			continue
@@ -352,7 +358,7 @@ func (r *report) markdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %d | %s | %.0f | %s | %.1f | %.1f | %s | %s | %s | %s | %d |\n", x.Scenario, x.Clients, x.Path, x.OpsPerSec,
 			r.ratioText(x), x.P50us, x.P99us, optf(x.CPUusPerOp, 1), optf(x.ClientCPU, 1), optf(x.BackendCPU, 1), optf(x.RSSMiB, 1), x.Errors)
 	}
-	fmt.Fprintln(w, "\n× ref: throughput over the reference path's in the same scenario and client count (pg-direct-fenced over pg-direct-plain, gateway paths over the direct fenced path of their backend; stale rows over the same path's accepted writes, distinct fences).")
+	fmt.Fprintln(w, "\n× ref: throughput over the reference path's in the same scenario and client count (pg-direct-fenced over pg-direct-plain, gateway paths over the direct fenced path of their backend, -secure paths (TLS, client certificates, a policy and a postgres_role) over the same path through the plain gateway; stale rows over the same path's accepted writes, distinct fences).")
 	fmt.Fprintln(w, "\n| timing | trials | p50 ms | p99 ms | max ms | note |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|---|")
 	for _, x := range r.timingRows() {

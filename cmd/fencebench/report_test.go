@@ -67,7 +67,9 @@ func TestGoals(t *testing.T) {
 	r.add(result{Scenario: "distinct", Path: pgDirectFenced, Clients: 16, OpsPerSec: 1000, P50us: 100})
 	r.add(result{Scenario: "distinct", Path: pgGRPC, Clients: 16, OpsPerSec: 900, P50us: 200})
 	r.add(result{Scenario: "distinct", Path: pgHTTP, Clients: 16, OpsPerSec: 500})
-	r.add(result{Scenario: "stale", Path: pgGRPC, Clients: 16, OpsPerSec: 2600}) // 2.9× the accepted 900
+	r.add(result{Scenario: "stale", Path: pgGRPC, Clients: 16, OpsPerSec: 2600})         // 2.9× the accepted 900
+	r.add(result{Scenario: "distinct", Path: pgGRPCSecure, Clients: 16, OpsPerSec: 819}) // 0.91 × pg-grpc
+	r.add(result{Scenario: "distinct", Path: pgHTTPSecure, Clients: 16, OpsPerSec: 440}) // 0.88 × pg-http
 	states := map[string]int{}
 	for _, g := range r.goals() {
 		states[g.name] = g.state
@@ -81,6 +83,9 @@ func TestGoals(t *testing.T) {
 		{"added p50 of pg-grpc over pg-direct-fenced ≤ 150 µs, 16 clients", 1},
 		{"stale refusals ≥ 3 × accepted writes, pg-grpc, 16 clients", 2},
 		{"pg-grpc ≥ 0.85 × pg-direct-fenced, 64 clients, distinct fences", 0},
+		{"pg-grpc-secure ≥ 0.90 × pg-grpc, 16 clients, distinct fences", 1},
+		{"pg-http-secure ≥ 0.90 × pg-http, 16 clients, distinct fences", 2},
+		{"redis-grpc-secure ≥ 0.90 × redis-grpc, 16 clients, distinct fences", 0},
 	}
 	for _, tt := range tests {
 		got, ok := states[tt.goal]

@@ -173,10 +173,11 @@ func (b *bench) runLoads(ctx context.Context) error {
 			for _, p := range order {
 				o := loadOpts{warmup: b.cfg.warmup, duration: b.cfg.duration, backendPID: b.env.backendPID(p)}
 				if viaGateway(p) {
-					o.gatePID = b.env.gate.pid()
+					g := b.env.gateFor(p)
+					o.gatePID = g.pid()
 					if b.cfg.profileDir != "" && rep == 0 && c.scenario == "distinct" && c.clients == slices.Max(b.cfg.clients) {
 						o.profile = filepath.Join(b.cfg.profileDir, fmt.Sprintf("%s-c%d.pprof", p, c.clients))
-						o.pprofAddr = b.env.gate.pprofAddr
+						o.pprofAddr = g.pprofAddr
 					}
 				}
 				s, err := b.measure(ctx, p, c.clients, c.targets, false, o)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -30,11 +31,15 @@ import (
 
 // env is the servers of one run: etcd, PostgreSQL, Redis and the gateway.
 type env struct {
-	dir    string
-	etcd   *embedded.Server
-	pg     *pgthrowaway.Server
-	rd     *redisthrowaway.Server
-	gate   *gateway
+	dir  string
+	etcd *embedded.Server
+	pg   *pgthrowaway.Server
+	rd   *redisthrowaway.Server
+	gate *gateway
+	// secure is the gateway of the secure paths (secure.go); nil when
+	// none is measured.
+	secure *gateway
+	pki    *benchPKI
 	cli    *clientv3.Client // the bench's etcd client (campaigns)
 	admin  *pgx.Conn        // the bench's own PostgreSQL session (setup, counters)
 	radmin *goredis.Client  // the bench's own Redis client (counters)
@@ -92,9 +97,21 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 		return nil, err
 	}
 	e.radmin = goredis.NewClient(&goredis.Options{Addr: e.redisAddr, Protocol: 2, DisableIdentity: true})
-	e.gate, err = startGateway(ctx, cfg, dir, e)
+	e.gate, err = startGateway(ctx, cfg, dir, e, "fencegate", nil, nil)
 	if err != nil {
 		return nil, err
+	}
+	if cfg.wantsSecure() {
+		if e.pki, err = newBenchPKI(filepath.Join(dir, "tls")); err != nil {
+			return nil, err
+		}
+		if err := grantBenchWriter(ctx, e.admin, "fencegate_bench"); err != nil {
+			return nil, err
+		}
+		e.secure, err = startGateway(ctx, cfg, dir, e, "fencegate-secure", e.pki.args(), e.pki.client)
+		if err != nil {
+			return nil, err
+		}
 	}
 	ok = true
 	return e, nil
@@ -102,6 +119,9 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 
 // Close stops everything started, in reverse.
 func (e *env) Close() {
+	if e.secure != nil {
+		e.secure.Close()
+	}
 	if e.gate != nil {
 		e.gate.Close()
 	}
@@ -134,12 +154,24 @@ func (e *env) truncate(ctx context.Context) error {
 
 // gateway is bin/fencegate serve running as a child process.
 type gateway struct {
+	name      string
 	cmd       *exec.Cmd
 	grpcAddr  string
 	httpAddr  string
 	pprofAddr string
 	logPath   string
 	done      chan struct{}
+	// tls is the client TLS config toward it; nil: plain TCP.
+	tls *tls.Config
+	hc  *http.Client
+}
+
+// httpURL is the gateway's URL for path.
+func (g *gateway) httpURL(path string) string {
+	if g.tls != nil {
+		return "https://" + g.httpAddr + path
+	}
+	return "http://" + g.httpAddr + path
 }
 
 func freeAddr() (string, error) {
@@ -151,7 +183,9 @@ func freeAddr() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func startGateway(ctx context.Context, cfg config, dir string, e *env) (*gateway, error) {
+// startGateway starts bin/fencegate serve as name, with extra flags after
+// the common ones; clients reach it over TLS with tc when not nil.
+func startGateway(ctx context.Context, cfg config, dir string, e *env, name string, extra []string, tc *tls.Config) (*gateway, error) {
 	bin, err := filepath.Abs(cfg.fencegate)
 	if err != nil {
 		return nil, err
@@ -159,7 +193,8 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env) (*gateway
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("fencegate binary %s not found (run make build, or pass --fencegate): %w", cfg.fencegate, err)
 	}
-	g := &gateway{logPath: filepath.Join(dir, "fencegate.log"), done: make(chan struct{})}
+	g := &gateway{name: name, logPath: filepath.Join(dir, name+".log"), done: make(chan struct{}), tls: tc,
+		hc: &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}}
 	if g.grpcAddr, err = freeAddr(); err != nil {
 		return nil, err
 	}
@@ -182,7 +217,7 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env) (*gateway
 	if cfg.pgConns > 0 {
 		args = append(args, "--postgres-max-conns="+strconv.Itoa(cfg.pgConns))
 	}
-	args = append(args, strings.Fields(cfg.gateArgs)...)
+	args = append(append(args, extra...), strings.Fields(cfg.gateArgs)...)
 	logFile, err := os.Create(g.logPath)
 	if err != nil {
 		return nil, err
@@ -197,18 +232,18 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env) (*gateway
 		return nil, err
 	}
 	go func() { _ = g.cmd.Wait(); close(g.done) }()
-	logf("fencegate pid %d: gRPC %s, HTTP %s (log %s)", g.cmd.Process.Pid, g.grpcAddr, g.httpAddr, g.logPath)
+	logf("%s pid %d: gRPC %s, HTTP %s (log %s)", name, g.cmd.Process.Pid, g.grpcAddr, g.httpAddr, g.logPath)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		if err := g.ready(ctx); err == nil {
 			return g, nil
 		} else if time.Now().After(deadline) || ctx.Err() != nil {
 			g.Close()
-			return nil, fmt.Errorf("fencegate not ready: %v; log: %s", err, g.logTail())
+			return nil, fmt.Errorf("%s not ready: %v; log: %s", name, err, g.logTail())
 		}
 		select {
 		case <-g.done:
-			return nil, fmt.Errorf("fencegate exited: %s", g.logTail())
+			return nil, fmt.Errorf("%s exited: %s", name, g.logTail())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -227,8 +262,8 @@ func withoutFencegateEnv(env []string) []string {
 func (g *gateway) ready(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 	defer cancel()
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+g.httpAddr+"/readyz", nil)
-	resp, err := http.DefaultClient.Do(req)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, g.httpURL("/readyz"), nil)
+	resp, err := g.hc.Do(req)
 	if err != nil {
 		return err
 	}
@@ -253,6 +288,7 @@ func (g *gateway) pid() int { return g.cmd.Process.Pid }
 
 // Close stops the gateway: SIGTERM, then SIGKILL after 5 s.
 func (g *gateway) Close() {
+	g.hc.CloseIdleConnections()
 	_ = g.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-g.done:
@@ -370,6 +406,10 @@ func machineBusy() (time.Duration, error) {
 func (e *env) ownCPU() time.Duration {
 	self, _ := cpuTime(os.Getpid())
 	gate, _ := cpuTime(e.gate.pid())
+	if e.secure != nil {
+		sg, _ := cpuTime(e.secure.pid())
+		gate += sg
+	}
 	pg, _ := treeCPUTime(e.pg.PID())
 	rd, _ := cpuTime(e.rd.PID())
 	return self + gate + pg + rd

@@ -50,6 +50,8 @@ type campaignConfig struct {
 	PrintMax     int
 	Faults       []string
 	Quiet        bool
+	Secure       bool
+	GatewayArgs  string
 }
 
 func runCampaign(ctx context.Context, args []string) int {
@@ -75,6 +77,8 @@ func runCampaign(ctx context.Context, args []string) int {
 	fs.Float64Var(&cfg.HostileP, "hostile", 0, "probability that a leading worker sends an attack, with its own valid token, before a write (fenced mode only; see docs/SAFETY.md)")
 	fs.IntVar(&cfg.PrintMax, "print-violations", 20, "violations printed in full (all are counted, and summed up by kind)")
 	fs.BoolVar(&cfg.Quiet, "quiet", false, "print only violations and the result line")
+	fs.BoolVar(&cfg.Secure, "secure", true, "gateways serve TLS, require client certificates and enforce a policy (SQL as a writer role on PostgreSQL); every client presents a certificate of the campaign's CA (secure.go)")
+	fs.StringVar(&cfg.GatewayArgs, "gateway-args", "", "extra space-separated flags for every fencegate serve, after the campaign's own (a later flag wins: --gateway-args=--policy-mode=shadow removes the policy's refusals)")
 	faults := fs.String("faults", "", "comma-separated fault kinds to inject (default all): "+strings.Join(faultNames(), ", "))
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -131,7 +135,7 @@ func runCampaign(ctx context.Context, args []string) int {
 	}
 
 	c := &campaign{cfg: cfg, self: self, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfe4ce)), held: map[*child]bool{}}
-	c.logf("seed=%d backend=%s mode=%s duration=%s hostile=%v fencegate=%s", cfg.Seed, cfg.Backend, cfg.Mode, cfg.Duration, c.hostile(), cfg.FencegateBin)
+	c.logf("seed=%d backend=%s mode=%s duration=%s hostile=%v secure=%v fencegate=%s", cfg.Seed, cfg.Backend, cfg.Mode, cfg.Duration, c.hostile(), cfg.Secure, cfg.FencegateBin)
 	res, err := c.run(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fencechaos: %v\n", err)
@@ -188,6 +192,11 @@ type campaign struct {
 	pgRuntimeDSN string
 	rd           *rdthrow.Server
 	rdc          *goredis.Client
+
+	// creds are the certificates and policy of --secure; nil without.
+	creds *pki
+	// hc is the campaign's own HTTP client toward the gateways.
+	hc *http.Client
 
 	held      map[*child]bool // taken down by a fault: not to be restarted by supervise
 	surprises []string        // processes that exited without a fault
@@ -256,6 +265,17 @@ func (c *campaign) run(ctx context.Context) (res result, err error) {
 		if err := os.MkdirAll(filepath.Join(c.dir, d), 0o755); err != nil {
 			return res, err
 		}
+	}
+	c.hc = &http.Client{Timeout: time.Second}
+	if c.cfg.Secure {
+		if c.creds, err = c.newCredentials(filepath.Join(c.dir, "tls")); err != nil {
+			return res, err
+		}
+		tc, err := c.creds.campaign.config()
+		if err != nil {
+			return res, err
+		}
+		c.hc.Transport = &http.Transport{TLSClientConfig: tc}
 	}
 	if err := c.startEtcd(ctx); err != nil {
 		return res, err
@@ -519,8 +539,14 @@ func (c *campaign) startBackend(ctx context.Context) error {
 		// The gateways serve as a role that is not a superuser, as in a
 		// deployment; the workers' own checks and control writes use the
 		// superuser.
-		c.pgRuntimeDSN, err = pg.RuntimeRole(ctx, "fencegate_chaos")
-		return err
+		const login = "fencegate_chaos"
+		if c.pgRuntimeDSN, err = pg.RuntimeRole(ctx, login); err != nil {
+			return err
+		}
+		if c.creds != nil {
+			return grantWriter(ctx, conn, login)
+		}
+		return nil
 	default:
 		rd, err := rdthrow.Start(ctx, rdthrow.Options{Logf: logf})
 		if err != nil {
@@ -589,6 +615,7 @@ func (c *campaign) startGateways(ctx context.Context) error {
 			// the default pool, where they rarely do.
 			args = append(args, "--postgres-max-conns=1", "--redis-pool-size=1")
 		}
+		args = append(append(args, c.secureArgs()...), strings.Fields(c.cfg.GatewayArgs)...)
 		g.child = &child{
 			name: fmt.Sprintf("fencegate g%d", i), path: c.cfg.FencegateBin,
 			args: func() []string { return args }, log: filepath.Join(c.dir, "logs", fmt.Sprintf("fencegate-g%d.log", i)),
@@ -608,9 +635,8 @@ func (c *campaign) startGateways(ctx context.Context) error {
 // waitReady waits for a replica's /readyz to answer 200.
 func (c *campaign) waitReady(ctx context.Context, g *gateway, limit time.Duration) error {
 	deadline := time.Now().Add(limit)
-	hc := &http.Client{Timeout: time.Second}
 	for {
-		resp, err := hc.Get("http://" + g.httpAddr + "/readyz")
+		resp, err := c.hc.Get(c.scheme() + "://" + g.httpAddr + "/readyz")
 		if err == nil {
 			io.Copy(io.Discard, resp.Body)
 			resp.Body.Close()
@@ -672,6 +698,12 @@ func (c *campaign) startWorkers() error {
 				}
 				if c.hostile() {
 					args = append(args, "--hostile", strconv.FormatFloat(c.cfg.HostileP, 'f', -1, 64), "--other-fence", c.otherFence())
+				}
+				if c.creds != nil {
+					args = append(args, c.creds.worker.args("")...)
+					if c.hostile() {
+						args = append(args, c.creds.intruder.args("intruder-")...)
+					}
 				}
 				if c.pg != nil {
 					args = append(args, "--postgres-dsn", c.pg.DSN())
@@ -829,6 +861,9 @@ func (c *campaign) teardown() {
 	}
 	if c.rdc != nil {
 		c.rdc.Close()
+	}
+	if c.hc != nil {
+		c.hc.CloseIdleConnections()
 	}
 	if c.pg != nil {
 		c.pg.Close()

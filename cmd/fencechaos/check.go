@@ -164,6 +164,10 @@ const (
 	// refused as if it were bad: what a hostile write left behind (a
 	// read-only session, a rule, a retyped key) broke it.
 	KindCollateral = "collateral-refusal"
+	// KindUnauthorizedAccepted: fencegate acknowledged a write sent by a
+	// caller the policy does not let write the fence, or with no client
+	// certificate: authentication or authorization let it through.
+	KindUnauthorizedAccepted = "unauthorized-accepted"
 	// KindStray: the backend holds something no accepted write made (a
 	// rule, an extension, a key outside the fences, a persistent setting).
 	KindStray = "stray-state"
@@ -260,6 +264,8 @@ func CheckHostile(fence string, stored []Record, h *History) []Violation {
 	})
 	for _, op := range ops {
 		switch {
+		case op.hostile() && op.As != "" && op.Outcome == Acked:
+			add(KindUnauthorizedAccepted, op, "attack %s (write %s, token %d) sent as the %s was accepted", op.Attack, op.ID, op.Token, op.As)
 		case op.hostile() && !op.Abuse && op.Outcome == Acked:
 			add(KindHostileAccepted, op, "attack %s (write %s, token %d) was accepted", op.Attack, op.ID, op.Token)
 		case op.hostile() && !op.Abuse && op.Outcome == Unknown && applied[op.ID]:

@@ -327,6 +327,20 @@ func TestCheckHostile(t *testing.T) {
 			want: []string{KindCollateral},
 		},
 		{
+			name:   "write by the intruder or a stranger accepted",
+			stored: []Record{rec("a", 5, 1), rec("a", 5, 2)},
+			ops: []*Op{
+				func() *Op { o := hostileOp("a", "intruder-write", 5, 1, 0, Acked); o.As = asIntruder; return o }(),
+				func() *Op { o := hostileOp("a", "stranger-write", 5, 2, 0, Acked); o.As = asStranger; return o }(),
+				func() *Op {
+					o := refusedWith(hostileOp("a", "intruder-write", 5, 3, 0, Refused), "NOT_AUTHORIZED")
+					o.As = asIntruder
+					return o
+				}(),
+			},
+			want: []string{KindUnauthorizedAccepted, KindUnauthorizedAccepted},
+		},
+		{
 			name: "other fences' ops are not this fence's",
 			ops: []*Op{
 				{ID: opID{"z", 1}, Fence: "g", Token: 3, Outcome: Acked, Attack: "eval"},
@@ -379,13 +393,15 @@ func TestHistoryReadHostile(t *testing.T) {
 		`{"t":"ok","w":"w0.0","f":"f","seq":5,"at":9}`,
 		`{"t":"inv","w":"w0.0","f":"f","tok":5,"seq":6,"a":"sleep","n":1,"ab":true,"at":10}`,
 		`{"t":"ok","w":"w0.0","f":"f","seq":6,"at":11}`,
+		`{"t":"inv","w":"w0.0","f":"f","tok":5,"seq":7,"a":"intruder-write","n":1,"as":"intruder","at":12}`,
+		`{"t":"fail","w":"w0.0","f":"f","seq":7,"r":"NOT_AUTHORIZED","at":13}`,
 	}, "\n")
 	h := newHistory()
 	if err := h.read(strings.NewReader(lines)); err != nil {
 		t.Fatal(err)
 	}
 	got := h.Counts()
-	want := Counts{Ops: 2, Acked: 2, Hostile: 3, HostileAccepted: 1}
+	want := Counts{Ops: 2, Acked: 2, Hostile: 4, HostileAccepted: 1}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}
@@ -401,6 +417,9 @@ func TestHistoryReadHostile(t *testing.T) {
 	}
 	if p := h.Ops[opID{"w0.0", 3}]; p == nil || p.Attack != "split-commit" || p.Part != 1 || p.Reason != "INVALID_REQUEST" {
 		t.Errorf("got second record of the attack %+v, want split-commit part 1 refused INVALID_REQUEST", p)
+	}
+	if p := h.Ops[opID{"w0.0", 7}]; p == nil || p.As != asIntruder || p.Outcome != Refused {
+		t.Errorf("got the intruder's write %+v, want sent as %s, refused", p, asIntruder)
 	}
 	if h.Terms["f"] != 9 {
 		t.Errorf("got highest term %d, want 9", h.Terms["f"])
@@ -432,10 +451,13 @@ func TestMarkFence(t *testing.T) {
 // anything shows as a refused write stored.
 func TestAttacksCarryRecords(t *testing.T) {
 	for _, backend := range []string{"postgres", "redis"} {
-		cfg := workerConfig{ID: "w0.0", Fence: "chaos", Backend: backend, OtherFence: "chaos-other", HostileP: 1}
+		cfg := workerConfig{ID: "w0.0", Fence: "chaos", Backend: backend, OtherFence: "chaos-other", HostileP: 1,
+			Intruder: tlsFiles{CA: "ca.pem", Cert: "intruder.pem", Key: "intruder-key.pem"}}
 		a := newAttacker(cfg)
 		names := map[string]bool{}
+		as := map[string]bool{}
 		for _, at := range a.attacks {
+			as[at.as] = true
 			if names[at.name] {
 				t.Errorf("%s: attack %s twice", backend, at.name)
 			}
@@ -456,6 +478,11 @@ func TestAttacksCarryRecords(t *testing.T) {
 			}
 			if backend == "postgres" && first != ledgerInsert {
 				t.Errorf("%s: got first statement %q, want the ledger insert", at.name, first)
+			}
+		}
+		for _, who := range []string{asIntruder, asStranger} {
+			if !as[who] {
+				t.Errorf("%s: no attack sent as the %s", backend, who)
 			}
 		}
 	}

@@ -37,7 +37,8 @@ type event struct {
 	Attack string `json:"a,omitempty"`
 	Rows   int    `json:"n,omitempty"`
 	Abuse  bool   `json:"ab,omitempty"`
-	At     int64  `json:"at"` // unix nanoseconds
+	As     string `json:"as,omitempty"` // whom an attack was sent as besides the worker: asIntruder, asStranger
+	At     int64  `json:"at"`           // unix nanoseconds
 }
 
 // historyWriter appends events to a file with one write(2) per event, so
@@ -132,6 +133,7 @@ type Op struct {
 	Reason  string
 	Attack  string // "" for an ordinary write
 	Abuse   bool
+	As      string // asIntruder, asStranger: sent without the worker's own credentials
 	Part    int
 }
 
@@ -238,7 +240,7 @@ func (h *History) add(ev event) {
 	case evInvoke:
 		for part := range max(ev.Rows, 1) {
 			id := opID{ev.Worker, ev.Seq + int64(part)}
-			h.Ops[id] = &Op{ID: id, Fence: ev.Fence, Token: ev.Token, Zombie: ev.Zombie, Attack: ev.Attack, Abuse: ev.Abuse, Part: part}
+			h.Ops[id] = &Op{ID: id, Fence: ev.Fence, Token: ev.Token, Zombie: ev.Zombie, Attack: ev.Attack, Abuse: ev.Abuse, As: ev.As, Part: part}
 		}
 	case evAck, evRefused, evUnknown:
 		op, ok := h.Ops[id]

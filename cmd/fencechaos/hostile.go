@@ -39,6 +39,30 @@ type attack struct {
 	// seq to seq+rows-1.
 	rows  int
 	build func(cfg workerConfig, token, seq int64) request
+	// as is whom the attack is sent as: "" the worker itself, asIntruder
+	// or asStranger.
+	as string
+}
+
+// Whom an attack may be sent as besides the worker (secure.go).
+const (
+	// asIntruder: a valid client certificate whose principal no rule
+	// lets write the fence; the policy must refuse it (NOT_AUTHORIZED).
+	asIntruder = "intruder"
+	// asStranger: no client certificate; the TLS handshake must refuse it
+	// (or fencegate, UNAUTHENTICATED).
+	asStranger = "stranger"
+)
+
+// authAttacks are the writes of an ordinary record, with the leader's
+// valid token (as if stolen), by someone the gateways must not let write
+// the fence.
+func authAttacks() []attack {
+	var out []attack
+	for _, as := range []string{asIntruder, asStranger} {
+		out = append(out, attack{name: as + "-write", weight: attackWeight, rows: 1, as: as, build: recordRequest})
+	}
+	return out
 }
 
 const (
@@ -159,6 +183,9 @@ func newAttacker(cfg workerConfig) *attacker {
 	} else {
 		a.attacks = redisAttacks(cfg.Fence, cfg.OtherFence)
 	}
+	if cfg.Intruder.CA != "" {
+		a.attacks = append(a.attacks, authAttacks()...)
+	}
 	for _, at := range a.attacks {
 		a.total += at.weight
 	}
@@ -194,12 +221,16 @@ func (a *attacker) pick() attack {
 func (w *worker) attack(ctx context.Context, tok int64) (Outcome, string, error) {
 	at := w.attacks.pick()
 	seq := w.seq.Add(int64(at.rows)) - int64(at.rows) + 1
-	if err := w.hist.log(event{Type: evInvoke, Token: tok, Seq: seq, Attack: at.name, Rows: at.rows, Abuse: at.abuse}); err != nil {
+	send := w.send
+	if at.as != "" {
+		send = w.sendAs[at.as]
+	}
+	if err := w.hist.log(event{Type: evInvoke, Token: tok, Seq: seq, Attack: at.name, Rows: at.rows, Abuse: at.abuse, As: at.as}); err != nil {
 		return Unknown, "", err
 	}
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), w.cfg.Timeout)
 	start := time.Now()
-	out, reason := w.send(rctx, tok, at.build(w.cfg, tok, seq))
+	out, reason := send(rctx, tok, at.build(w.cfg, tok, seq))
 	cancel()
 	_ = w.hist.outcome(seq, out, reason)
 	if out == Acked && !at.abuse {
@@ -232,7 +263,11 @@ func (c *campaign) writeOtherFence(ctx context.Context) error {
 		cfg.Gateways = append(cfg.Gateways, g.grpcAddr)
 		cfg.HTTPGateways = append(cfg.HTTPGateways, g.httpAddr)
 	}
-	send, closeSend, err := newFencedSender(cfg)
+	var files tlsFiles
+	if c.creds != nil {
+		files = c.creds.campaign
+	}
+	send, closeSend, err := newFencedSender(cfg, files)
 	if err != nil {
 		return err
 	}

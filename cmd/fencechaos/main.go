@@ -13,8 +13,11 @@
 // fence from inside, before a write with probability P: SQL or Redis
 // commands meant to move marks, split its transaction or poison the
 // session, sent with its own valid token (hostile.go); each must be
-// refused, and the backend's marks and state are checked at the end. See
-// docs/SAFETY.md.
+// refused, and the backend's marks and state are checked at the end. By
+// default (--secure) the replicas serve TLS, require client certificates
+// and enforce a policy, as a deployment would (secure.go); hostile workers
+// then also write as an intruder the policy does not allow and without a
+// certificate. See docs/SAFETY.md.
 //
 // fencechaos re-executes itself for the etcd members (etcd-member) and the
 // workers (worker); those subcommands are internal.

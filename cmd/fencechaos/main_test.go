@@ -36,6 +36,7 @@ func TestGRPCOutcome(t *testing.T) {
 		{"backend lost mid-write", refusal(codes.Unavailable, "BACKEND_UNAVAILABLE", map[string]string{"outcome": "unknown"}), Unknown, "BACKEND_UNAVAILABLE (outcome unknown)"},
 		{"deadline", status.Error(codes.DeadlineExceeded, "context deadline exceeded"), Unknown, "DeadlineExceeded: context deadline exceeded"},
 		{"transport", status.Error(codes.Unavailable, "connection reset"), Unknown, "Unavailable: connection reset"},
+		{"TLS handshake refused", status.Error(codes.Unavailable, `connection error: desc = "error reading server preface: remote error: tls: certificate required"`), Refused, reasonTLSRefused},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

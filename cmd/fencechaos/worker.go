@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -27,6 +28,7 @@ import (
 	"go.uber.org/zap"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/resolver"
@@ -83,6 +85,11 @@ type workerConfig struct {
 	ElectionPrefx string
 	HostileP      float64
 	OtherFence    string
+	// TLS is the worker's own certificate toward the gateways (secure.go);
+	// empty: plain TCP. Intruder is a valid certificate that no rule lets
+	// write the fence; set, hostile workers also write as the intruder and
+	// with no certificate at all.
+	TLS, Intruder tlsFiles
 }
 
 // writeFunc sends one record and says what became of it.
@@ -132,6 +139,14 @@ func runWorker(ctx context.Context, args []string) error {
 	fs.StringVar(&cfg.ElectionPrefx, "election-prefix", election.DefaultPrefix, "election prefix")
 	fs.Float64Var(&cfg.HostileP, "hostile", 0, "probability that a leading worker sends an attack before a write (fenced mode)")
 	fs.StringVar(&cfg.OtherFence, "other-fence", "", "the fence the attacks aim at besides their own")
+	for _, f := range []struct {
+		prefix, who string
+		files       *tlsFiles
+	}{{"", "the worker's", &cfg.TLS}, {"intruder-", "the intruder's", &cfg.Intruder}} {
+		fs.StringVar(&f.files.CA, f.prefix+"ca-file", "", "CA bundle (PEM) of the gateways' certificate, for "+f.who+" TLS; empty: plain TCP")
+		fs.StringVar(&f.files.Cert, f.prefix+"cert-file", "", f.who+" client certificate (PEM)")
+		fs.StringVar(&f.files.Key, f.prefix+"key-file", "", "key (PEM) of --"+f.prefix+"cert-file")
+	}
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -157,6 +172,17 @@ func runWorker(ctx context.Context, args []string) error {
 	if cfg.HostileP > 0 && send == nil {
 		cfg.HostileP = 0 // control mode: attacks are fencegate's to stop (docs/SAFETY.md)
 	}
+	sendAs := map[string]sendFunc{}
+	if cfg.HostileP > 0 && cfg.Intruder.CA != "" {
+		for as, files := range map[string]tlsFiles{asIntruder: cfg.Intruder, asStranger: {CA: cfg.TLS.CA}} {
+			s, closeSend, err := newFencedSender(cfg, files)
+			if err != nil {
+				return err
+			}
+			defer closeSend()
+			sendAs[as] = s
+		}
+	}
 
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:            cfg.Etcd,
@@ -171,7 +197,7 @@ func runWorker(ctx context.Context, args []string) error {
 	defer cli.Close()
 
 	w := &worker{
-		cfg: cfg, log: log, hist: hist, write: write, send: send, cli: cli,
+		cfg: cfg, log: log, hist: hist, write: write, send: send, sendAs: sendAs, cli: cli,
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 		attacks: newAttacker(cfg),
 	}
@@ -185,9 +211,11 @@ type worker struct {
 	hist  *historyWriter
 	write writeFunc
 	send  sendFunc // nil in control mode
-	cli   *clientv3.Client
-	rng   *rand.Rand
-	seq   atomic.Int64
+	// sendAs sends as someone else (asIntruder, asStranger), for attacks.
+	sendAs map[string]sendFunc
+	cli    *clientv3.Client
+	rng    *rand.Rand
+	seq    atomic.Int64
 	// attacks draws the hostile writes (hostile.go); nil when off.
 	attacks *attacker
 
@@ -358,7 +386,7 @@ func splitList(s string) []string {
 func newWriter(ctx context.Context, cfg workerConfig) (writeFunc, sendFunc, func(), error) {
 	switch {
 	case cfg.Mode == "fenced":
-		send, closeSend, err := newFencedSender(cfg)
+		send, closeSend, err := newFencedSender(cfg, cfg.TLS)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -436,8 +464,8 @@ func redisOutcome(err error) (Outcome, string) {
 
 // newFencedSender sends writes through fencegate, each over gRPC or, with
 // probability cfg.HTTPP, over HTTP/JSON, spread round-robin over the
-// replicas.
-func newFencedSender(cfg workerConfig) (sendFunc, func(), error) {
+// replicas; over TLS with files when files.CA is set.
+func newFencedSender(cfg workerConfig, files tlsFiles) (sendFunc, func(), error) {
 	if len(cfg.Gateways) == 0 {
 		return nil, nil, errors.New("worker: --gateways is required in fenced mode")
 	}
@@ -450,16 +478,25 @@ func newFencedSender(cfg workerConfig) (sendFunc, func(), error) {
 		addrs[i] = resolver.Address{Addr: a}
 	}
 	r.InitialState(resolver.State{Addresses: addrs})
+	creds := insecure.NewCredentials()
+	var tc *tls.Config
+	if files.CA != "" {
+		var err error
+		if tc, err = files.config(); err != nil {
+			return nil, nil, fmt.Errorf("worker: TLS: %w", err)
+		}
+		creds = credentials.NewTLS(tc)
+	}
 	conn, err := grpc.NewClient(r.Scheme()+":///fencegate",
 		grpc.WithResolvers(r),
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(creds),
 		grpc.WithDefaultServiceConfig(`{"loadBalancingConfig":[{"round_robin":{}}]}`),
 	)
 	if err != nil {
 		return nil, nil, err
 	}
 	gw := fencegatev1.NewGatewayClient(conn)
-	viaHTTP := newHTTPSender(cfg)
+	viaHTTP, closeHTTP := newHTTPSender(cfg, tc)
 	// The writing goroutines share the draw.
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(cfg.Seed, 0x4777))
@@ -479,7 +516,7 @@ func newFencedSender(cfg workerConfig) (sendFunc, func(), error) {
 			_, err = gw.Redis(ctx, &fencegatev1.RedisRequest{Fence: cfg.Fence, Commands: grpcCommands(req.cmds)})
 		}
 		return grpcOutcome(err)
-	}, func() { conn.Close() }, nil
+	}, func() { conn.Close(); closeHTTP() }, nil
 }
 
 func grpcStatements(stmts []stmt) []*fencegatev1.Statement {
@@ -529,15 +566,32 @@ func grpcOutcome(err error) (Outcome, string) {
 		}
 		return Refused, info.GetReason()
 	}
+	if tlsRefused(st.Message()) {
+		return Refused, reasonTLSRefused
+	}
 	return Unknown, st.Code().String() + ": " + st.Message()
 }
 
+// reasonTLSRefused is the outcome's reason when the gateway refused the
+// TLS handshake (a client certificate missing or not trusted).
+const reasonTLSRefused = "TLS_REFUSED"
+
+// tlsRefused reports whether a client error is the gateway's TLS alert: it
+// refused the connection, so no request on it reached fencegate.
+func tlsRefused(msg string) bool { return strings.Contains(msg, "remote error: tls: ") }
+
 // newHTTPSender sends writes through fencegate's HTTP/JSON API,
-// round-robin over the replicas. Unlike a gRPC deadline, the client's
-// timeout is not sent with the request: fencegate learns of it only when
-// the connection closes, as with most HTTP clients.
-func newHTTPSender(cfg workerConfig) sendFunc {
-	hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}}
+// round-robin over the replicas, over TLS with tc when not nil. Unlike a
+// gRPC deadline, the client's timeout is not sent with the request:
+// fencegate learns of it only when the connection closes, as with most
+// HTTP clients.
+func newHTTPSender(cfg workerConfig, tc *tls.Config) (sendFunc, func()) {
+	tr := &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true, TLSClientConfig: tc}
+	hc := &http.Client{Transport: tr}
+	scheme := "http://"
+	if tc != nil {
+		scheme = "https://"
+	}
 	var next atomic.Uint64
 	return func(ctx context.Context, token int64, req request) (Outcome, string) {
 		addr := cfg.HTTPGateways[(next.Add(1)-1)%uint64(len(cfg.HTTPGateways))]
@@ -559,7 +613,7 @@ func newHTTPSender(cfg workerConfig) sendFunc {
 			path = "/v1/fences/" + cfg.Fence + "/redis"
 			body, _ = json.Marshal(map[string]any{"commands": req.cmds})
 		}
-		hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+addr+path, bytes.NewReader(body))
+		hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, scheme+addr+path, bytes.NewReader(body))
 		if err != nil {
 			return Unknown, err.Error()
 		}
@@ -567,6 +621,9 @@ func newHTTPSender(cfg workerConfig) sendFunc {
 		hreq.Header.Set("Fencing-Token", strconv.FormatInt(token, 10))
 		resp, err := hc.Do(hreq)
 		if err != nil {
+			if tlsRefused(err.Error()) {
+				return Refused, reasonTLSRefused
+			}
 			return Unknown, "HTTP: " + err.Error()
 		}
 		defer resp.Body.Close()
@@ -575,7 +632,7 @@ func newHTTPSender(cfg workerConfig) sendFunc {
 			return Unknown, "HTTP: " + err.Error()
 		}
 		return httpOutcome(resp.StatusCode, answer)
-	}
+	}, tr.CloseIdleConnections
 }
 
 // httpOutcome classifies fencegate's HTTP answer as grpcOutcome does its

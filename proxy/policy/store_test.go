@@ -38,6 +38,8 @@ func (b *logBuffer) Write(p []byte) (int, error) {
 	return b.buf.Write(p)
 }
 
+// lines returns the log's lines above INFO: the failures. (A successful
+// reload logs one INFO line, "policy reloaded".)
 func (b *logBuffer) lines() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -45,7 +47,13 @@ func (b *logBuffer) lines() []string {
 	if s == "" {
 		return nil
 	}
-	return strings.Split(s, "\n")
+	var out []string
+	for _, l := range strings.Split(s, "\n") {
+		if !strings.Contains(l, "level=INFO") {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
 type storeFixture struct {

@@ -316,7 +316,10 @@ func (c *session) extended(t byte, body, raw []byte) error {
 	if why != "" {
 		return c.refuseSegment(c.refusalOf(why))
 	}
-	if c.needCheck {
+	// Parse, Describe and Close run nothing of the client's; the check
+	// goes in front of the first Bind or Execute (Bind may plan, and so
+	// evaluate, the statement).
+	if c.needCheck && (t == 'B' || t == 'E') {
 		if err := c.check(); err != nil {
 			return err
 		}

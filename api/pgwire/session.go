@@ -305,8 +305,8 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		default:
 			switch t {
 			case 'E':
-				if g.prefix > 0 {
-					out = c.shiftPosition(body, g.prefix)
+				if s := c.shiftPosition(body, g.prefix); s != nil {
+					out = s
 				}
 			case 'C':
 				c.countRows(body)
@@ -472,7 +472,8 @@ func refusalError(dst []byte, r *tokens.RefusalError) []byte {
 }
 
 // shiftPosition rewrites an ErrorResponse's position (P) to count from
-// the client's SQL rather than from the fence check in front of it.
+// the client's SQL rather than from the fence check in front of it; nil
+// when there is nothing to rewrite.
 func (c *session) shiftPosition(body []byte, prefix int) []byte {
 	p, ok := errorField(body, 'P')
 	if !ok {

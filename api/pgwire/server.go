@@ -307,3 +307,28 @@ func (s *Server) cancel(ck *cancelKey) {
 	var b [1]byte
 	_, _ = c.Read(b[:]) // the server closes it when done
 }
+
+// TLSFrom adapts a listener's TLS config (api/auth.ServerTLS.Config, nil
+// without TLS) to PostgreSQL: ALPN offers only "postgresql", as
+// PostgreSQL 17 clients expect, not the HTTP protocols of the gRPC and
+// HTTP listeners.
+func TLSFrom(base *tls.Config) func() *tls.Config {
+	if base == nil {
+		return nil
+	}
+	return func() *tls.Config {
+		c := base.Clone()
+		c.NextProtos = []string{"postgresql"}
+		if get := base.GetConfigForClient; get != nil {
+			c.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+				cc, err := get(h)
+				if cc != nil {
+					cc = cc.Clone()
+					cc.NextProtos = []string{"postgresql"}
+				}
+				return cc, err
+			}
+		}
+		return c
+	}
+}

@@ -2,11 +2,13 @@ package pgwire_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/api/pgwire"
 )
@@ -63,8 +65,20 @@ func TestRefusedUnfenceable(t *testing.T) {
 				}
 			}
 			_, err := c.PgConn().Exec(ctx, tc.sql).ReadAll()
-			wantCode(t, err, "FG006")
+			code := wantCodeOf(err)
+			if tc.setup == "BEGIN" {
+				// What the client would do next: write and commit. After
+				// the refusal the block is aborted and nothing commits.
+				_, _ = c.Exec(ctx, "INSERT INTO atk (v) SELECT 'late:' || "+fencedMark)
+				_, _ = c.Exec(ctx, "COMMIT")
+			}
 			_, _ = c.Exec(ctx, "ROLLBACK")
+			if got := e.count(t, "atk"); got != before {
+				t.Fatalf("got %d rows written (%q), want none", got-before, e.values(t, "atk"))
+			}
+			if code != "FG006" {
+				t.Fatalf("got %v, want SQLSTATE FG006", err)
+			}
 			if got := e.count(t, "atk"); got != before {
 				t.Fatalf("got %d rows written, want none", got-before)
 			}
@@ -110,10 +124,10 @@ func TestRefusedUnfenceable(t *testing.T) {
 				args = [][]byte{[]byte("")}
 			}
 			rr := c.PgConn().ExecParams(ctx, tc.sql, args, nil, nil, nil).Read()
-			wantCode(t, rr.Err, "FG006")
 			if got := e.count(t, "atk"); got != before {
-				t.Fatalf("got %d rows written, want none", got-before)
+				t.Fatalf("got %d rows written (%q), want none", got-before, e.values(t, "atk"))
 			}
+			wantCode(t, rr.Err, "FG006")
 			if _, err := c.Exec(ctx, "INSERT INTO atk (v) VALUES ($1)", "after"); err != nil {
 				t.Fatalf("after the refusal: %v", err)
 			}
@@ -201,4 +215,44 @@ func TestEveryTransactionFenced(t *testing.T) {
 	if got := e.count(t, "every_t"); got != 0 {
 		t.Fatalf("got %d rows after a disconnect mid-transaction, want 0", got)
 	}
+}
+
+func wantCodeOf(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func (e *env) values(t *testing.T, table string) []string {
+	t.Helper()
+	rows, err := e.admin.Query(context.Background(), "SELECT v FROM "+table+" ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}
+
+// TestExecuteOfPreparedCommit: SQL EXECUTE of a statement the protocol
+// prepared as COMMIT would end the fenced transaction in the middle of a
+// string; it is refused.
+func TestExecuteOfPreparedCommit(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "exe")
+	tok, _ := e.lead(t, "exe")
+	c := e.connect(t, "exe", tok)
+	if _, err := c.PgConn().Prepare(ctx, "s_commit", "COMMIT", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.PgConn().Exec(ctx, "EXECUTE s_commit; INSERT INTO exe (v) SELECT 'late:' || "+fencedMark).ReadAll()
+	if got := e.count(t, "exe"); got != 0 {
+		t.Fatalf("got rows %q, want none", e.values(t, "exe"))
+	}
+	wantCode(t, err, "FG006")
 }

@@ -138,12 +138,13 @@ func TestRefusedByTheDatabase(t *testing.T) {
 	}
 	for name, f := range cases {
 		t.Run(name, func(t *testing.T) {
-			pe := wantCode(t, f(), "FG001")
+			err := f()
+			if got := e.count(t, "dbpath"); got != before {
+				t.Fatalf("stored %d rows with a stale token", got-before)
+			}
+			pe := wantCode(t, err, "FG001")
 			if !strings.HasPrefix(pe.Message, "fencegate: STALE_TOKEN: ") {
 				t.Fatalf("got message %q, want fencegate: STALE_TOKEN: …", pe.Message)
-			}
-			if got := e.count(t, "dbpath"); got != before {
-				t.Fatalf("stored %d rows", got-before)
 			}
 		})
 	}

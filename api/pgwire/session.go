@@ -374,6 +374,9 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		}
 	}
 	notRun, c.notRun = c.notRun, nil
+	// Shutting down: an idle session ends after this ReadyForQuery; one
+	// in a transaction goes on until the transaction ends.
+	closeNow := t == 'Z' && c.qlen == 0 && c.status == 'I' && c.s.closingNow()
 	c.qmu.Unlock()
 
 	if refused != nil {
@@ -391,19 +394,14 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		}
 		c.open, c.rows, c.texts = passed, 0, c.texts[:0]
 	}
-	if t == 'Z' && c.s.closingNow() {
-		c.closeIfIdleAfter(out)
-		return nil, errors.New("pgwire: shutting down")
+	if closeNow {
+		_ = c.answer(out)
+		return nil, errShutdown
 	}
 	return out, nil
 }
 
-// closeIfIdleAfter, while shutting down: the client gets its last
-// ReadyForQuery; an idle session then ends, one in a transaction goes on.
-func (c *session) closeIfIdleAfter(out []byte) {
-	_ = c.answer(out)
-	c.closeIfIdle()
-}
+var errShutdown = errors.New("pgwire: shutting down")
 
 func (c *session) audited() bool { return c.open != nil && c.open.Audited() }
 

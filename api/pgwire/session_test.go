@@ -163,3 +163,47 @@ func TestStartupRefused(t *testing.T) {
 }
 
 func optEscape(s string) string { return strings.ReplaceAll(url.QueryEscape(s), "+", "%20") }
+
+// TestShutdown: Shutdown closes idle sessions at once and lets a session
+// in a transaction finish it.
+func TestShutdown(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "sd")
+	tok, _ := e.lead(t, "sd")
+	idle := e.connect(t, "sd", tok)
+	busy := e.connect(t, "sd", tok)
+	if _, err := busy.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := busy.Exec(ctx, "INSERT INTO sd (v) VALUES ('1')"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		done <- e.srv.Shutdown(sctx)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := idle.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("an idle session survived Shutdown")
+	}
+	if _, err := busy.Exec(ctx, "INSERT INTO sd (v) VALUES ('2')"); err != nil {
+		t.Fatalf("in a transaction during Shutdown: %v", err)
+	}
+	if _, err := busy.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatalf("COMMIT during Shutdown: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return after the last transaction ended")
+	}
+	if got := e.count(t, "sd"); got != 2 {
+		t.Fatalf("got %d rows, want 2", got)
+	}
+}

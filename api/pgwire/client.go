@@ -68,14 +68,10 @@ func (c *session) startSegment() error {
 		c.qcond.Wait()
 	}
 	status, dead := c.status, c.dead
-	changes := c.changes
-	c.changes = nil
-	c.qmu.Unlock()
-	if dead {
-		return errClosed
-	}
-	for i := range changes {
-		ch := &changes[i]
+	// What the server confirmed of the last segment now holds; the slice
+	// is reused.
+	for i := range c.changes {
+		ch := &c.changes[i]
 		if !ch.ok {
 			continue
 		}
@@ -89,6 +85,12 @@ func (c *session) startSegment() error {
 		case 'p':
 			delete(c.portals, ch.name)
 		}
+	}
+	clear(c.changes)
+	c.changes = c.changes[:0]
+	c.qmu.Unlock()
+	if dead {
+		return errClosed
 	}
 	if status == 'I' && len(c.portals) > 0 {
 		clear(c.portals) // portals end with their transaction
@@ -312,6 +314,9 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			what = 'p'
 		}
 		ch = &change{what: what, name: string(name)}
+		if what == 's' && reservedName(string(name)) {
+			why = whyName
+		}
 	}
 	if why != "" {
 		return c.refuseSegment(c.refusalOf(why))

@@ -207,3 +207,38 @@ func TestShutdown(t *testing.T) {
 		t.Fatalf("got %d rows, want 2", got)
 	}
 }
+
+// TestLargeMessages: messages larger than the read buffer (a long query,
+// large COPY data, large parameters and rows) pass whole.
+func TestLargeMessages(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "big")
+	tok, _ := e.lead(t, "big")
+	c := e.connect(t, "big", tok)
+	large := strings.Repeat("x", 200<<10)
+	if _, err := c.Exec(ctx, "INSERT INTO big (v) VALUES ('"+large+"')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO big (v) VALUES ($1)", large); err != nil {
+		t.Fatal(err)
+	}
+	rows := make([][]any, 50)
+	for i := range rows {
+		rows[i] = []any{large[:10<<10]}
+	}
+	if _, err := c.CopyFrom(ctx, pgx.Identifier{"big"}, []string{"v"}, pgx.CopyFromRows(rows)); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, "SELECT sum(length(v)) FROM big WHERE length(v) > $1", 0).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if want := 2*len(large) + 50*(10<<10); n != want {
+		t.Fatalf("got %d bytes stored, want %d", n, want)
+	}
+	var back string
+	if err := c.QueryRow(ctx, "SELECT v FROM big ORDER BY id LIMIT 1").Scan(&back); err != nil || back != large {
+		t.Fatalf("got %d bytes back (%v), want %d", len(back), err, len(large))
+	}
+}

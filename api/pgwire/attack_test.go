@@ -113,7 +113,6 @@ func TestRefusedUnfenceable(t *testing.T) {
 		{"COMMIT AND CHAIN", "COMMIT AND CHAIN"},
 		{"SET fencegate.token", "SET fencegate.token = 1"},
 		{"set_config", "SELECT set_config('fencegate.fenced', $1, true)"},
-		{"SQL EXECUTE", "EXECUTE anything"},
 	}
 	for _, tc := range extended {
 		t.Run("extended/"+tc.name, func(t *testing.T) {
@@ -251,6 +250,18 @@ func TestExecuteOfPreparedCommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := c.PgConn().Exec(ctx, "EXECUTE s_commit; INSERT INTO exe (v) SELECT 'late:' || "+fencedMark).ReadAll()
+	if got := e.count(t, "exe"); got != 0 {
+		t.Fatalf("got rows %q, want none", e.values(t, "exe"))
+	}
+	wantCode(t, err, "FG006")
+	// The same in the extended protocol, the name checked when the
+	// Execute is sent.
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("EXECUTE s_commit")
+	b.Queue("INSERT INTO exe (v) SELECT 'late2:' || "+fencedMark+" WHERE $1::int = 1", 1)
+	b.Queue("COMMIT")
+	err = c.SendBatch(ctx, b).Close()
 	if got := e.count(t, "exe"); got != 0 {
 		t.Fatalf("got rows %q, want none", e.values(t, "exe"))
 	}

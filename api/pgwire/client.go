@@ -12,7 +12,6 @@ var errClosed = errors.New("pgwire: session closed")
 
 const (
 	whyProcExtended = "CALL and DO in the extended protocol may COMMIT and run the rest without the fence check; send them as a simple query"
-	whyExecuteExt   = "SQL EXECUTE in the extended protocol; Bind and Execute the prepared statement instead"
 	whyExecuteEnd   = "EXECUTE of a prepared statement that ends the transaction or is CALL or DO"
 	whyFunctionCall = "the fast-path function call interface is not fenced"
 	whySetTokenTx   = "SET fencegate.token only outside a transaction block, as a query of its own"
@@ -150,11 +149,7 @@ func (c *session) query(body, raw []byte) error {
 		why = whySetTokenTx
 	}
 	if why == "" {
-		for _, name := range vd.executes {
-			if s := c.lookup('P', 's', []byte(name)); s != nil && (s.kind == kindEnd || s.hasProc) {
-				why = whyExecuteEnd
-			}
-		}
+		why = c.executesEnd(vd)
 	}
 	if why != "" {
 		r := c.refusalOf(why)
@@ -279,8 +274,6 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			why = vd.refuse
 		case vd.hasProc:
 			why = whyProcExtended
-		case len(vd.executes) > 0:
-			why = whyExecuteExt
 		case vd.kind == kindSetToken:
 			why = whySetting
 		case reservedName(string(name)):
@@ -303,6 +296,9 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		vd = c.lookup('B', 'p', portal)
 		if vd != nil {
 			g.kind, g.text = vd.kind, vd.text
+			// Checked now, in message order: what the names refer to
+			// when the server runs this Execute.
+			why = c.executesEnd(vd)
 		}
 	case 'C':
 		if len(body) < 2 {
@@ -406,4 +402,15 @@ func (c *session) refuseSegment(r *tokens.RefusalError) error {
 func (c *session) cerr(r *tokens.RefusalError) []byte {
 	c.out = refusalError(c.out[:0], r)
 	return c.out
+}
+
+// executesEnd refuses SQL EXECUTE of a statement the protocol prepared
+// as a transaction end, CALL or DO (PREPARE itself only takes queries).
+func (c *session) executesEnd(vd *verdict) string {
+	for _, name := range vd.executes {
+		if s := c.lookup('P', 's', []byte(name)); s != nil && (s.kind == kindEnd || s.hasProc) {
+			return whyExecuteEnd
+		}
+	}
+	return ""
 }

@@ -242,3 +242,38 @@ func TestLargeMessages(t *testing.T) {
 		t.Fatalf("got %d bytes back (%v), want %d", len(back), err, len(large))
 	}
 }
+
+// TestSessionState: LISTEN/NOTIFY, session SET and prepared statements
+// work as in a direct session.
+func TestSessionState(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	tok, _ := e.lead(t, "state")
+	c := e.connect(t, "state", tok)
+	if _, err := c.Exec(ctx, "LISTEN jobs_done"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.Exec(ctx, "NOTIFY jobs_done, 'hello'"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := c.WaitForNotification(wctx)
+	if err != nil || n.Payload != "hello" {
+		t.Fatalf("got %v, %v, want the notification", n, err)
+	}
+	if _, err := c.Exec(ctx, "SET application_name = 'through-fencegate'"); err != nil {
+		t.Fatal(err)
+	}
+	var app string
+	if err := c.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil || app != "through-fencegate" {
+		t.Fatalf("got %q, %v, want the session's SET to hold", app, err)
+	}
+	if _, err := c.Exec(ctx, "PREPARE q(int) AS SELECT $1 + 1"); err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := c.QueryRow(ctx, "EXECUTE q(41)").Scan(&v); err != nil || v != 42 {
+		t.Fatalf("got %d, %v, want 42 from a SQL prepared statement", v, err)
+	}
+}

@@ -59,6 +59,10 @@ func (g *Gateway) AdmitSQL(ctx context.Context, fence, rawToken string) (*Admiss
 // Token is the admitted token.
 func (a *Admission) Token() tokens.Token { return a.t }
 
+// Audited reports whether Done's fingerprint is written anywhere (an
+// audit log is configured), so a front computes it only then.
+func (a *Admission) Audited() bool { return a.g.audit != nil }
+
 // Role is the PostgreSQL role the policy runs the transaction's statements
 // as, or "" for the session's own.
 func (a *Admission) Role() string { return a.gr.role }

@@ -21,6 +21,7 @@ gateway on its default ports. Everything is removed on Ctrl-C or SIGTERM.`
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := defaultServeConfig()
+	cfg.PgListenAddr = "127.0.0.1:7432"
 	etcdURL := "http://127.0.0.1:2379"
 	var pgPort, redisPort int
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)

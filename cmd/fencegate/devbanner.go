@@ -27,13 +27,13 @@ fencegate dev is up.
   PostgreSQL  %s  (throwaway; fencegate writes as role `+devRole+`)
   Redis       %s
   gRPC        %s   HTTP %s
-
+%s
 Try it from another terminal: paste these lines, then follow README.md's
 walkthrough ("Two minutes: a zombie leader refused").
 %s
 
 Ctrl-C stops everything.
-`, cfg.EtcdEndpoints, adminDSN, redis, cfg.GRPCAddr, cfg.HTTPAddr, env)
+`, cfg.EtcdEndpoints, adminDSN, redis, cfg.GRPCAddr, cfg.HTTPAddr, pgLine(cfg), env)
 }
 
 // dialable turns a listen address into one a client on this machine can
@@ -55,4 +55,13 @@ func validatePort(flag string, port int) error {
 		return fmt.Errorf("%s=%d: want a TCP port (1-65535), or 0 for a free one", flag, port)
 	}
 	return nil
+}
+
+// pgLine is the banner's line about the PostgreSQL listener, if any.
+func pgLine(cfg serveConfig) string {
+	if cfg.PgListenAddr == "" {
+		return ""
+	}
+	host, port, _ := net.SplitHostPort(dialable(cfg.PgListenAddr))
+	return fmt.Sprintf("  psql        PGOPTIONS='-c fencegate.fence=<fence> -c fencegate.token=<token>' psql -h %s -p %s -U %s postgres\n", host, port, devRole)
 }

@@ -108,13 +108,13 @@ func freeAddr(t *testing.T) string {
 // ready, then cancels it as SIGINT would and checks every port is free
 // again.
 func TestDev(t *testing.T) {
-	etcdAddr, grpcAddr, httpAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	etcdAddr, grpcAddr, httpAddr, pgAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"dev", "--etcd-listen=http://" + etcdAddr, "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr}, &stdout, &stderr)
+		done <- run(ctx, []string{"dev", "--etcd-listen=http://" + etcdAddr, "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + pgAddr}, &stdout, &stderr)
 	}()
 
 	deadline := time.Now().Add(90 * time.Second)
@@ -141,6 +141,19 @@ func TestDev(t *testing.T) {
 			t.Errorf("got stdout %q, want the walkthrough's variables, with %q", stdout.String(), want)
 		}
 	}
+	if !strings.Contains(stdout.String(), "PGOPTIONS='-c fencegate.fence=<fence> -c fencegate.token=<token>' psql -h 127.0.0.1 -p "+strings.Split(pgAddr, ":")[1]+" -U "+devRole) {
+		t.Errorf("got stdout %q, want the psql line", stdout.String())
+	}
+	// The listener serves dev's role; without a leader the statement is
+	// fencegate's refusal.
+	pc, err := pgx.Connect(ctx, "postgres://"+devRole+"@"+pgAddr+"/postgres?sslmode=disable&fencegate.fence=devtest&fencegate.token=1")
+	if err != nil {
+		t.Fatalf("connect to dev's PostgreSQL listener: %v", err)
+	}
+	if _, err := pc.Exec(ctx, "SELECT 1"); err == nil || !strings.Contains(err.Error(), "fencegate: ") {
+		t.Errorf("got %v, want fencegate's refusal (no leader)", err)
+	}
+	pc.Close(ctx)
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)
@@ -170,7 +183,7 @@ func TestDev(t *testing.T) {
 		t.Fatal("dev did not stop within 15s")
 	}
 	t.Logf("dev stopped in %v", time.Since(start))
-	for _, addr := range []string{etcdAddr, grpcAddr, httpAddr} {
+	for _, addr := range []string{etcdAddr, grpcAddr, httpAddr, pgAddr} {
 		l, err := net.Listen("tcp", addr)
 		if err != nil {
 			t.Errorf("port %s still in use after stop: %v", addr, err)

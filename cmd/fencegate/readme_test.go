@@ -410,7 +410,7 @@ func startDev(t *testing.T, bin, dir string) (banner string, stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "dev", "--etcd-listen=http://"+freeAddr(t), "--grpc-addr="+freeAddr(t), "--http-addr="+freeAddr(t))
+	cmd := exec.Command(bin, "dev", "--etcd-listen=http://"+freeAddr(t), "--grpc-addr="+freeAddr(t), "--http-addr="+freeAddr(t), "--pg-listen-addr="+freeAddr(t))
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

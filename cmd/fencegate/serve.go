@@ -28,6 +28,7 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/api/pgwire"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/coalesce"
@@ -78,6 +79,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	}
 	if cfg.PostgresDSN == "" && cfg.RedisAddr == "" {
 		return errors.New("no backend configured: set --postgres-dsn or --redis-addr (or FENCEGATE_POSTGRES_DSN, FENCEGATE_REDIS_ADDR)")
+	}
+	if cfg.PgListenAddr != "" && cfg.PostgresDSN == "" {
+		return errors.New("--pg-listen-addr needs --postgres-dsn: the database its clients reach")
 	}
 
 	reg := prometheus.NewRegistry()
@@ -174,6 +178,26 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		return fmt.Errorf("--http-addr: %w", err)
 	}
 
+	var pgs *pgwire.Server
+	var pgLis net.Listener
+	if cfg.PgListenAddr != "" {
+		pgs, err = pgwire.New(gw, pgwire.Config{
+			PostgresDSN:  cfg.PostgresDSN,
+			TLS:          pgwire.TLSFrom(sec.tls.Config()),
+			Insecure:     cfg.Insecure,
+			MaxFenceName: cfg.Proxy.MaxFenceName,
+			Logger:       log,
+		})
+		if err == nil {
+			pgLis, err = net.Listen("tcp", cfg.PgListenAddr)
+		}
+		if err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			return fmt.Errorf("--pg-listen-addr: %w", err)
+		}
+	}
+
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(2 * cfg.MaxBodyBytes),
 		// A fixed set of goroutines with grown stacks serves the streams,
 		// instead of a new goroutine (and stack growth) per request.
@@ -222,6 +246,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		if err != nil {
 			grpcLis.Close()
 			httpLis.Close()
+			if pgLis != nil {
+				pgLis.Close()
+			}
 			return err
 		}
 		log.Info("serving pprof", "addr", ps)
@@ -256,6 +283,14 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		return nil
 	})
+	if pgs != nil {
+		g.Go(func() error {
+			if err := pgs.Serve(pgLis); err != nil && !errors.Is(err, pgwire.ErrServerClosed) {
+				return fmt.Errorf("pg listener: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
@@ -263,7 +298,16 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		defer cancel()
 		done := make(chan struct{})
 		go func() { gs.GracefulStop(); close(done) }()
+		pgDone := make(chan struct{})
+		go func() {
+			// Idle sessions end now, the others when their transaction does.
+			if pgs != nil {
+				_ = pgs.Shutdown(sctx)
+			}
+			close(pgDone)
+		}()
 		_ = hs.Shutdown(sctx)
+		<-pgDone
 		select {
 		case <-done:
 		case <-sctx.Done():
@@ -271,7 +315,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		return nil
 	})
-	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
+	pgAddr := ""
+	if pgLis != nil {
+		pgAddr = pgLis.Addr().String()
+	}
+	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "pg", pgAddr,
 		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix,
 		"postgres", opts.Postgres != nil, "redis", opts.Redis != nil, "tls", sec.tls != nil,
 		"authentication", opts.AuthRequired, "policy", cfg.Security.PolicyFile, "policy_mode", cfg.Security.PolicyMode,

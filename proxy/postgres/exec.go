@@ -96,8 +96,21 @@ func (b *Backend) runBatch(calls []*call) {
 // reported (a statement index, atAdvance or atCommit); sent says whether
 // any of the write may have reached the server.
 func (b *Backend) refusal(c *call, at int, err error, sent bool) *tokens.RefusalError {
-	r := &tokens.RefusalError{Fence: c.fence, Token: c.token, Err: err}
-	t := c.token
+	return refusalOf(b.host, c.fence, c.token, c.role, at, err, sent)
+}
+
+// RefusalOf is the refusal of a fence check that a protocol front ran in
+// its client's own transaction (SELECT fencegate.advance(fence, t)) and
+// that failed with err, a *pgconn.PgError from the server or a connection
+// error: STALE_TOKEN with HighWater for FG001, and the same mapping as
+// Exec's for everything else.
+func RefusalOf(fence string, t tokens.Token, err error) *tokens.RefusalError {
+	return refusalOf("the database", fence, t, "", atAdvance, err, true)
+}
+
+// refusalOf turns the error of a write into its refusal; see refusal.
+func refusalOf(host, fence string, t tokens.Token, role string, at int, err error, sent bool) *tokens.RefusalError {
+	r := &tokens.RefusalError{Fence: fence, Token: t, Err: err}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		clipPgError(pgErr)
@@ -113,17 +126,17 @@ func (b *Backend) refusal(c *call, at int, err error, sent bool) *tokens.Refusal
 			// The result guard (sendText): the write rolled back.
 			r.Reason = tokens.ReasonInvalidRequest
 			r.Msg = "statement " + strconv.Itoa(at) + ": " + pgErr.Message
-		case at == atAdvance && c.role != "" && (pgErr.Code == "42501" || pgErr.Code == "22023"):
+		case at == atAdvance && role != "" && (pgErr.Code == "42501" || pgErr.Code == "22023"):
 			// set_config('role'): permission denied, or no such role.
 			// advance's own 42501 and 22023 are ruled out before it runs
 			// (CheckRole, validate).
 			r.Reason = tokens.ReasonStatementFailed
-			r.Metadata["role"] = c.role
-			r.Msg = "fencegate may not run statements as role " + strconv.Quote(c.role) + ": " + pgErr.Message +
-				" (run `fencegate grant --login=<fencegate's login> --role=" + c.role + "`)"
+			r.Metadata["role"] = role
+			r.Msg = "fencegate may not run statements as role " + strconv.Quote(role) + ": " + pgErr.Message +
+				" (run `fencegate grant --login=<fencegate's login> --role=" + role + "`)"
 		case at == atAdvance && isMissingSchema(pgErr.Code):
 			r.Reason = tokens.ReasonBackendUnavailable
-			r.Msg = "fencegate schema missing on " + b.host + " (run fencegate migrate): " + pgErr.Message
+			r.Msg = "fencegate schema missing on " + host + " (run fencegate migrate): " + pgErr.Message
 		case isUnavailable(pgErr.Code):
 			// The server answered with an error: the transaction rolled
 			// back, so the outcome is known.
@@ -160,12 +173,12 @@ func (b *Backend) refusal(c *call, at int, err error, sent bool) *tokens.Refusal
 		r.Msg = txs.Error() + "; connection closed, outcome unknown"
 		r.Metadata = map[string]string{"outcome": "unknown"}
 	case !sent:
-		r.Msg = "cannot reach " + b.host
+		r.Msg = "cannot reach " + host
 	case errors.As(err, &dec):
-		r.Msg = "cannot read the answer to statement " + strconv.Itoa(at) + " from " + b.host + ": " + dec.Error()
+		r.Msg = "cannot read the answer to statement " + strconv.Itoa(at) + " from " + host + ": " + dec.Error()
 		r.Metadata = map[string]string{"outcome": "unknown"}
 	default:
-		r.Msg = "lost " + b.host + " during the write"
+		r.Msg = "lost " + host + " during the write"
 		r.Metadata = map[string]string{"outcome": "unknown"}
 	}
 	if pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded) {

@@ -1,0 +1,269 @@
+package pgwire_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencegate/fencegate/api/pgwire"
+)
+
+// fencedMark is what a statement stores to show whether its transaction
+// ran the fence check: fencegate.advance sets fencegate.fenced to the
+// fence for the rest of the transaction.
+const fencedMark = "coalesce(nullif(current_setting('fencegate.fenced', true), ''), 'UNFENCED')"
+
+// TestRefusedUnfenceable: everything that would run a statement outside a
+// fenced transaction is refused with FG006 before the server runs any of
+// it, and nothing is written.
+func TestRefusedUnfenceable(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "atk")
+	tok, _ := e.lead(t, "atk")
+	for _, sql := range []string{
+		"CREATE OR REPLACE PROCEDURE commit_inside() LANGUAGE plpgsql AS $$ BEGIN INSERT INTO atk (v) VALUES ('proc-1'); COMMIT; INSERT INTO atk (v) VALUES ('proc-2:' || " + fencedMark + "); END $$",
+		"GRANT EXECUTE ON PROCEDURE commit_inside() TO worker",
+	} {
+		if _, err := e.admin.Exec(ctx, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
+	simple := []struct {
+		name, setup, sql string
+	}{
+		{"COMMIT then a statement", "", "INSERT INTO atk (v) VALUES ('x'); COMMIT; INSERT INTO atk (v) VALUES ('late')"},
+		{"COMMIT then a statement in a block", "BEGIN", "COMMIT; INSERT INTO atk (v) VALUES ('late')"},
+		{"END then a statement", "BEGIN", "END; INSERT INTO atk (v) VALUES ('late')"},
+		{"ROLLBACK then a statement", "BEGIN", "ROLLBACK; INSERT INTO atk (v) VALUES ('late')"},
+		{"ABORT then a statement", "BEGIN", "ABORT; INSERT INTO atk (v) VALUES ('late')"},
+		{"COMMIT AND CHAIN", "BEGIN", "COMMIT AND CHAIN"},
+		{"ROLLBACK AND CHAIN", "BEGIN", "ROLLBACK AND CHAIN"},
+		{"SET fencegate.fenced", "BEGIN", "SET LOCAL fencegate.fenced = ''"},
+		{"RESET fencegate.fenced", "BEGIN", "RESET fencegate.fenced"},
+		{"RESET ALL", "", "RESET ALL"},
+		{"set_config of fencegate", "", "SELECT set_config('fencegate.fenced', '', true)"},
+		{"set_config of a computed name", "", "SELECT set_config('fence' || 'gate.fenced', '', true)"},
+		{"SET fencegate.token in a block", "BEGIN", "SET fencegate.token = 1"},
+		{"SET LOCAL fencegate.token", "", "SET LOCAL fencegate.token = 1"},
+		{"a second advance", "", "SELECT fencegate.advance('other', 1)"},
+		{"the fences table", "", "UPDATE fencegate.fences SET token = 1"},
+		{"a reserved statement name", "", "PREPARE fencegate_advance_9 AS SELECT 1"},
+	}
+	for _, tc := range simple {
+		t.Run("simple/"+tc.name, func(t *testing.T) {
+			c := e.connect(t, "atk", tok)
+			before := e.count(t, "atk")
+			if tc.setup != "" {
+				if _, err := c.Exec(ctx, tc.setup); err != nil {
+					t.Fatal(err)
+				}
+			}
+			_, err := c.PgConn().Exec(ctx, tc.sql).ReadAll()
+			code := wantCodeOf(err)
+			if tc.setup == "BEGIN" {
+				// What the client would do next: write and commit. After
+				// the refusal the block is aborted and nothing commits.
+				_, _ = c.Exec(ctx, "INSERT INTO atk (v) SELECT 'late:' || "+fencedMark)
+				_, _ = c.Exec(ctx, "COMMIT")
+			}
+			_, _ = c.Exec(ctx, "ROLLBACK")
+			if got := e.count(t, "atk"); got != before {
+				t.Fatalf("got %d rows written (%q), want none", got-before, e.values(t, "atk"))
+			}
+			if code != "FG006" {
+				t.Fatalf("got %v, want SQLSTATE FG006", err)
+			}
+			if got := e.count(t, "atk"); got != before {
+				t.Fatalf("got %d rows written, want none", got-before)
+			}
+			// The session goes on.
+			if _, err := c.Exec(ctx, "INSERT INTO atk (v) VALUES ('after')"); err != nil {
+				t.Fatalf("after the refusal: %v", err)
+			}
+		})
+	}
+
+	// In a string of several statements, PostgreSQL runs CALL and DO
+	// atomically, so a COMMIT in them fails instead of ending the fenced
+	// transaction.
+	for _, sql := range []string{
+		"CALL commit_inside()",
+		"DO $$ BEGIN INSERT INTO atk (v) VALUES ('do-1'); COMMIT; INSERT INTO atk (v) VALUES ('do-2'); END $$",
+	} {
+		t.Run("simple/atomic "+sql[:4], func(t *testing.T) {
+			c := e.connect(t, "atk", tok)
+			before := e.count(t, "atk")
+			_, err := c.PgConn().Exec(ctx, sql).ReadAll()
+			wantCode(t, err, "2D000") // invalid transaction termination
+			if got := e.count(t, "atk"); got != before {
+				t.Fatalf("got %d rows written, want none", got-before)
+			}
+		})
+	}
+
+	extended := []struct{ name, sql string }{
+		{"CALL", "CALL commit_inside()"},
+		{"DO", "DO $$ BEGIN COMMIT; END $$"},
+		{"COMMIT AND CHAIN", "COMMIT AND CHAIN"},
+		{"SET fencegate.token", "SET fencegate.token = 1"},
+		{"set_config", "SELECT set_config('fencegate.fenced', $1, true)"},
+	}
+	for _, tc := range extended {
+		t.Run("extended/"+tc.name, func(t *testing.T) {
+			c := e.connect(t, "atk", tok)
+			before := e.count(t, "atk")
+			var args [][]byte
+			if strings.Contains(tc.sql, "$1") {
+				args = [][]byte{[]byte("")}
+			}
+			rr := c.PgConn().ExecParams(ctx, tc.sql, args, nil, nil, nil).Read()
+			if got := e.count(t, "atk"); got != before {
+				t.Fatalf("got %d rows written (%q), want none", got-before, e.values(t, "atk"))
+			}
+			wantCode(t, rr.Err, "FG006")
+			if _, err := c.Exec(ctx, "INSERT INTO atk (v) VALUES ($1)", "after"); err != nil {
+				t.Fatalf("after the refusal: %v", err)
+			}
+		})
+	}
+}
+
+// TestPipelineCommitThenMore: statements pipelined after a COMMIT, before
+// the Sync, run in a new transaction; fencegate checks the fence again
+// in front of them.
+func TestPipelineCommitThenMore(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "pipe")
+	tok, _ := e.lead(t, "pipe")
+	c := e.connect(t, "pipe", tok)
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("INSERT INTO pipe (v) VALUES ($1)", "in-block")
+	b.Queue("COMMIT")
+	b.Queue("INSERT INTO pipe (v) SELECT 'after-commit:' || "+fencedMark+" WHERE $1::int = 1", 1)
+	b.Queue("INSERT INTO pipe (v) SELECT 'after-commit-2:' || "+fencedMark+" WHERE $1::int = 1", 1)
+	if err := c.SendBatch(ctx, b).Close(); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := e.admin.Query(ctx, "SELECT v FROM pipe ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"in-block", "after-commit:pipe", "after-commit-2:pipe"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got rows %q, want %q (each transaction fenced)", got, want)
+	}
+}
+
+// TestEveryTransactionFenced: reads, writes, explicit blocks and
+// transactions after a refused one all run the fence check.
+func TestEveryTransactionFenced(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	tok, _ := e.lead(t, "every")
+	c := e.connect(t, "every", tok)
+	check := func(what string, got string) {
+		t.Helper()
+		if got != "every" {
+			t.Fatalf("%s: got fencegate.fenced %q, want %q", what, got, "every")
+		}
+	}
+	var s string
+	if err := c.QueryRow(ctx, "SELECT "+fencedMark).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	check("simple read", s)
+	if err := c.QueryRow(ctx, "SELECT "+fencedMark+" WHERE $1::int = 1", 1).Scan(&s); err != nil {
+		t.Fatal(err)
+	}
+	check("extended read", s)
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 2; i++ {
+		if err := tx.QueryRow(ctx, "SELECT "+fencedMark+" WHERE $1::int = 1", 1).Scan(&s); err != nil {
+			t.Fatal(err)
+		}
+		check("in a block", s)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// A disconnect mid-transaction leaves nothing behind.
+	e.table(t, "every_t")
+	c2 := e.connect(t, "every", tok)
+	if _, err := c2.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c2.Exec(ctx, "INSERT INTO every_t (v) VALUES ('uncommitted')"); err != nil {
+		t.Fatal(err)
+	}
+	c2.PgConn().Close(ctx)
+	if got := e.count(t, "every_t"); got != 0 {
+		t.Fatalf("got %d rows after a disconnect mid-transaction, want 0", got)
+	}
+}
+
+func wantCodeOf(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}
+
+func (e *env) values(t *testing.T, table string) []string {
+	t.Helper()
+	rows, err := e.admin.Query(context.Background(), "SELECT v FROM "+table+" ORDER BY id")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return vs
+}
+
+// TestExecuteOfPreparedCommit: SQL EXECUTE of a statement the protocol
+// prepared as COMMIT would end the fenced transaction in the middle of a
+// string; it is refused.
+func TestExecuteOfPreparedCommit(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "exe")
+	tok, _ := e.lead(t, "exe")
+	c := e.connect(t, "exe", tok)
+	if _, err := c.PgConn().Prepare(ctx, "s_commit", "COMMIT", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.PgConn().Exec(ctx, "EXECUTE s_commit; INSERT INTO exe (v) SELECT 'late:' || "+fencedMark).ReadAll()
+	if got := e.count(t, "exe"); got != 0 {
+		t.Fatalf("got rows %q, want none", e.values(t, "exe"))
+	}
+	wantCode(t, err, "FG006")
+	// The same in the extended protocol, the name checked when the
+	// Execute is sent.
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue("EXECUTE s_commit")
+	b.Queue("INSERT INTO exe (v) SELECT 'late2:' || "+fencedMark+" WHERE $1::int = 1", 1)
+	b.Queue("COMMIT")
+	err = c.SendBatch(ctx, b).Close()
+	if got := e.count(t, "exe"); got != 0 {
+		t.Fatalf("got rows %q, want none", e.values(t, "exe"))
+	}
+	wantCode(t, err, "FG006")
+}

@@ -1,0 +1,274 @@
+package pgwire
+
+import (
+	"errors"
+	"strings"
+	"sync"
+
+	pg_query "github.com/pganalyze/pg_query_go/v6"
+	"github.com/pganalyze/pg_query_go/v6/parser"
+	"google.golang.org/protobuf/reflect/protoreflect"
+)
+
+// stmtKind is what fencegate must know of a statement to keep every
+// transaction fenced.
+type stmtKind uint8
+
+const (
+	kindOther    stmtKind = iota
+	kindEnd               // ends the transaction: COMMIT, ROLLBACK, PREPARE TRANSACTION, ...
+	kindProc              // CALL or DO: may COMMIT inside when not atomic
+	kindSetToken          // SET fencegate.token = N, the whole string
+	kindEmpty             // no statement at all
+)
+
+// verdict is what fencegate learnt of one SQL string (a Query's, or a
+// Parse's), cached by its text.
+type verdict struct {
+	text    string   // the SQL, the cache's own copy
+	kind    stmtKind // of the last statement (of the only one, for Parse)
+	refuse  string   // non-empty: refused with FG006, and why
+	token   string   // kindSetToken: the new token, as given
+	dealloc bool     // DEALLOCATE or DISCARD: fencegate's statement may be gone
+	hasProc bool     // some statement is CALL or DO
+	// executes names the prepared statements SQL EXECUTE runs: one made
+	// with the protocol's Parse may be COMMIT.
+	executes []string
+}
+
+// verdicts caches classify by SQL text. Drivers send the same few strings
+// over and over; a full cache is simply cleared.
+type verdicts struct {
+	mu sync.RWMutex
+	m  map[string]*verdict
+}
+
+const maxVerdicts = 4096
+
+func (v *verdicts) get(sql []byte) *verdict {
+	v.mu.RLock()
+	vd := v.m[string(sql)] // no allocation for the look-up
+	v.mu.RUnlock()
+	if vd != nil {
+		return vd
+	}
+	vd = classify(string(sql))
+	v.mu.Lock()
+	if v.m == nil || len(v.m) >= maxVerdicts {
+		v.m = make(map[string]*verdict, 256)
+	}
+	v.m[vd.text] = vd
+	v.mu.Unlock()
+	return vd
+}
+
+const (
+	whyEndThenMore = "a transaction end followed by more statements in one string: they would run in a new transaction without the fence check; send them separately"
+	whyChain       = "AND CHAIN starts a new transaction without the fence check; send BEGIN separately"
+	whySetting     = "fencegate.* settings are fencegate's: only `SET fencegate.token = N` outside a transaction is allowed"
+	whyResetAll    = "RESET ALL would reset fencegate's settings of the transaction"
+	whySetConfig   = "set_config may only change settings named by a constant other than fencegate.*"
+	whySchema      = "the fencegate schema holds the fences; client SQL must not name it"
+	whyName        = "prepared statement names starting with fencegate are fencegate's"
+)
+
+// classify parses sql with PostgreSQL's parser (pg_query) and decides.
+func classify(sql string) *verdict {
+	vd := &verdict{text: sql}
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		var perr *parser.Error
+		msg := err.Error()
+		if errors.As(err, &perr) {
+			msg = perr.Message
+		}
+		vd.refuse = "cannot parse the SQL (" + msg + "), so cannot tell whether it is fenced"
+		return vd
+	}
+	n := len(tree.Stmts)
+	if n == 0 {
+		vd.kind = kindEmpty
+		return vd
+	}
+	for i, raw := range tree.Stmts {
+		kind, why := classifyStmt(raw.Stmt, n, vd)
+		if why == "" && kind == kindEnd && i < n-1 {
+			why = whyEndThenMore
+		}
+		if why == "" {
+			why = walkRefusal(raw.Stmt)
+		}
+		if why != "" {
+			vd.refuse = why
+			return vd
+		}
+		if kind == kindProc {
+			vd.hasProc = true
+		}
+		vd.kind = kind
+	}
+	return vd
+}
+
+func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
+	switch x := n.Node.(type) {
+	case *pg_query.Node_TransactionStmt:
+		t := x.TransactionStmt
+		if t.Chain {
+			return kindEnd, whyChain
+		}
+		switch t.Kind {
+		case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT, pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK,
+			pg_query.TransactionStmtKind_TRANS_STMT_PREPARE, pg_query.TransactionStmtKind_TRANS_STMT_COMMIT_PREPARED,
+			pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED:
+			return kindEnd, ""
+		}
+	case *pg_query.Node_CallStmt, *pg_query.Node_DoStmt:
+		return kindProc, ""
+	case *pg_query.Node_VariableSetStmt:
+		s := x.VariableSetStmt
+		if s.Kind == pg_query.VariableSetKind_VAR_RESET_ALL {
+			return kindOther, whyResetAll
+		}
+		name := strings.ToLower(s.Name)
+		if !strings.HasPrefix(name, "fencegate.") {
+			return kindOther, ""
+		}
+		if name == "fencegate.token" && s.Kind == pg_query.VariableSetKind_VAR_SET_VALUE && !s.IsLocal && count == 1 && len(s.Args) == 1 {
+			if c := s.Args[0].GetAConst(); c != nil {
+				switch {
+				case c.GetIval() != nil:
+					vd.token = itoa(int64(c.GetIval().Ival))
+					return kindSetToken, ""
+				case c.GetSval() != nil:
+					vd.token = c.GetSval().Sval
+					return kindSetToken, ""
+				case c.GetFval() != nil: // integers beyond int32
+					vd.token = c.GetFval().Fval
+					return kindSetToken, ""
+				}
+			}
+		}
+		return kindOther, whySetting
+	case *pg_query.Node_PrepareStmt:
+		if reservedName(x.PrepareStmt.Name) {
+			return kindOther, whyName
+		}
+	case *pg_query.Node_ExecuteStmt:
+		vd.executes = append(vd.executes, x.ExecuteStmt.Name)
+	case *pg_query.Node_DeallocateStmt:
+		vd.dealloc = true
+	case *pg_query.Node_DiscardStmt:
+		vd.dealloc = true
+	}
+	return kindOther, ""
+}
+
+// reservedName: fencegate's own prepared statements are named fencegate_*.
+func reservedName(name string) bool {
+	return len(name) >= 9 && strings.EqualFold(name[:9], "fencegate")
+}
+
+func itoa(n int64) string {
+	var b [20]byte
+	i := len(b)
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	for {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+		if n == 0 {
+			break
+		}
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+// walkRefusal visits every node of a statement, through protobuf
+// reflection so that no node kind is missed, for what names fencegate's
+// schema or changes its settings.
+func walkRefusal(n *pg_query.Node) string {
+	var why string
+	var visit func(m protoreflect.Message)
+	visit = func(m protoreflect.Message) {
+		if why != "" {
+			return
+		}
+		switch x := m.Interface().(type) {
+		case *pg_query.RangeVar:
+			if strings.EqualFold(x.Schemaname, "fencegate") {
+				why = whySchema
+				return
+			}
+		case *pg_query.FuncCall:
+			if f := lastName(x.Funcname); strings.EqualFold(f, "set_config") {
+				if len(x.Args) == 0 {
+					why = whySetConfig
+					return
+				}
+				c := x.Args[0].GetAConst()
+				if c == nil || c.GetSval() == nil || strings.HasPrefix(strings.ToLower(strings.TrimSpace(c.GetSval().Sval)), "fencegate.") {
+					why = whySetConfig
+					return
+				}
+			}
+		}
+		m.Range(func(fd protoreflect.FieldDescriptor, v protoreflect.Value) bool {
+			switch {
+			case fd.IsList() && fd.Message() != nil:
+				l := v.List()
+				if qualifiedNames(l) {
+					why = whySchema
+					return false
+				}
+				for i := 0; i < l.Len(); i++ {
+					visit(l.Get(i).Message())
+				}
+			case fd.Message() != nil && !fd.IsMap():
+				visit(v.Message())
+			}
+			return why == ""
+		})
+	}
+	visit(n.ProtoReflect())
+	return why
+}
+
+// qualifiedNames reports whether l is a list of String nodes (a qualified
+// name) whose leading parts name schema fencegate.
+func qualifiedNames(l protoreflect.List) bool {
+	if l.Len() < 2 {
+		return false
+	}
+	for i := 0; i < l.Len()-1; i++ {
+		n, ok := l.Get(i).Message().Interface().(*pg_query.Node)
+		if !ok {
+			return false
+		}
+		s := n.GetString_()
+		if s == nil {
+			return false
+		}
+		if strings.EqualFold(s.Sval, "fencegate") {
+			return true
+		}
+	}
+	return false
+}
+
+func lastName(l []*pg_query.Node) string {
+	if len(l) == 0 {
+		return ""
+	}
+	if s := l[len(l)-1].GetString_(); s != nil {
+		return s.Sval
+	}
+	return ""
+}

@@ -1,0 +1,416 @@
+package pgwire
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+
+	"github.com/fencegate/fencegate/tokens"
+)
+
+var errClosed = errors.New("pgwire: session closed")
+
+const (
+	whyProcExtended = "CALL and DO in the extended protocol may COMMIT and run the rest without the fence check; send them as a simple query"
+	whyExecuteEnd   = "EXECUTE of a prepared statement that ends the transaction or is CALL or DO"
+	whyFunctionCall = "the fast-path function call interface is not fenced"
+	whySetTokenTx   = "SET fencegate.token only outside a transaction block, as a query of its own"
+)
+
+// clientLoop is C2S: it reads the client's messages and forwards them,
+// inserting the fence check at the start of every transaction.
+func (c *session) clientLoop() error {
+	for {
+		if !c.cr.buffered() {
+			if err := c.sw.Flush(); err != nil {
+				return err
+			}
+		}
+		t, body, raw, err := c.cr.next()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case 'X':
+			return nil
+		case 'Q':
+			err = c.query(body, raw)
+		case 'P', 'B', 'E', 'D', 'C', 'H', 'S':
+			err = c.extended(t, body, raw)
+		case 'd', 'c', 'f': // COPY data: part of a statement already fenced
+			if !c.swallow {
+				_, err = c.sw.Write(raw)
+			}
+		case 'F':
+			err = c.refuseQuery(c.refusalOf(whyFunctionCall), raw)
+		default:
+			return fmt.Errorf("pgwire: unexpected message %q from the client", t)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+func (c *session) refusalOf(why string) *tokens.RefusalError {
+	return tokens.Refuse(tokens.ReasonInvalidRequest, c.fence, 0, "%s", why)
+}
+
+// startSegment waits, at the start of a segment, until every earlier one
+// is answered, and learns the transaction status the segment starts in.
+func (c *session) startSegment() error {
+	if err := c.sw.Flush(); err != nil {
+		return err
+	}
+	c.qmu.Lock()
+	for c.syncs > 0 && !c.dead {
+		c.qcond.Wait()
+	}
+	status, dead := c.status, c.dead
+	// What the server confirmed of the last segment now holds; the slice
+	// is reused.
+	for i := range c.changes {
+		ch := &c.changes[i]
+		if !ch.ok {
+			continue
+		}
+		switch ch.what {
+		case 'P':
+			c.stmts[ch.name] = ch.vd
+		case 's':
+			delete(c.stmts, ch.name)
+		case 'B':
+			c.portals[ch.name] = ch.vd
+		case 'p':
+			delete(c.portals, ch.name)
+		}
+	}
+	clear(c.changes)
+	c.changes = c.changes[:0]
+	c.qmu.Unlock()
+	if dead {
+		return errClosed
+	}
+	if status == 'I' && len(c.portals) > 0 {
+		clear(c.portals) // portals end with their transaction
+	}
+	c.segStart = false
+	c.needCheck = status == 'I'
+	c.idleStart = status == 'I'
+	return nil
+}
+
+// statement is what the client's statement name refers to now: this
+// segment's latest Parse or Close of it, else what the server confirmed.
+// nil is a statement fencegate did not see made: SQL PREPARE's, which
+// holds a query (SELECT, INSERT, UPDATE, DELETE, MERGE or VALUES).
+func (c *session) lookup(what, closeWhat byte, name []byte) *verdict {
+	c.qmu.Lock()
+	for i := len(c.changes) - 1; i >= 0; i-- {
+		ch := &c.changes[i]
+		if ch.name == string(name) {
+			switch ch.what {
+			case what:
+				c.qmu.Unlock()
+				return ch.vd
+			case closeWhat:
+				c.qmu.Unlock()
+				return nil
+			}
+		}
+	}
+	c.qmu.Unlock()
+	if what == 'P' {
+		return c.stmts[string(name)]
+	}
+	return c.portals[string(name)]
+}
+
+// query handles a simple Query.
+func (c *session) query(body, raw []byte) error {
+	sql, _, ok := cstring(body)
+	if !ok {
+		return errors.New("pgwire: Query without NUL")
+	}
+	atStart := c.segStart
+	if atStart {
+		if err := c.startSegment(); err != nil {
+			return err
+		}
+	}
+	c.segStart = true // a Query ends the segment
+	if c.swallow {
+		return nil // the server would skip it too
+	}
+	idle := atStart && c.idleStart
+	vd := c.s.stmts.get(sql)
+	why := vd.refuse
+	if why == "" && vd.kind == kindSetToken && !idle {
+		why = whySetTokenTx
+	}
+	if why == "" {
+		why = c.executesEnd(vd)
+	}
+	if why != "" {
+		r := c.refusalOf(why)
+		if idle {
+			return c.answer(appendReadyForQuery(c.cerr(r), 'I'))
+		}
+		return c.refuseQuery(r, raw)
+	}
+	if vd.kind == kindSetToken {
+		if _, err := tokens.Parse(vd.token); err != nil {
+			r := tokens.Refuse(tokens.ReasonInvalidToken, c.fence, 0, "fencing token %.32q is not a decimal integer in [1, 2^64)", vd.token)
+			return c.answer(appendReadyForQuery(c.cerr(r), 'I'))
+		}
+		c.token = vd.token
+		return c.answer(appendReadyForQuery(appendCommandComplete(c.out[:0], "SET"), 'I'))
+	}
+	if vd.dealloc {
+		c.needPrepare = true
+	}
+	if vd.kind == kindEmpty || !c.needCheck {
+		if _, err := c.sw.Write(raw); err != nil {
+			return err
+		}
+		c.push(reply{msg: 'Q', chg: -1, text: vd.text})
+		return nil
+	}
+	adm, err := c.s.gw.AdmitSQL(c.ctx, c.fence, c.token)
+	if err != nil {
+		r, _ := tokens.AsRefusal(err)
+		if r == nil {
+			r = tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, 0, "%v", err)
+		}
+		if idle {
+			return c.answer(appendReadyForQuery(c.cerr(r), 'I'))
+		}
+		return c.refuseQuery(r, raw)
+	}
+	c.needCheck = false
+	// One Query: PostgreSQL runs a string of several statements as one
+	// transaction (a BEGIN in it makes that same transaction a block), so
+	// the check is the first statement of the client's transaction.
+	b, sp := beginMsg(c.out[:0], 'Q')
+	b = append(b, "SELECT fencegate.advance('"...)
+	b = append(b, c.fence...) // [A-Za-z0-9._-]: nothing to quote
+	b = append(b, "'::pg_catalog.text, "...)
+	b = strconv.AppendUint(b, uint64(adm.Token()), 10)
+	b = append(b, "::pg_catalog.int8);"...)
+	prefix := len(b) - sp - 5
+	b = append(b, sql...)
+	b = finishMsg(append(b, 0), sp)
+	c.out = b
+	if _, err := c.sw.Write(b); err != nil {
+		adm.Done(tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, adm.Token(), "lost the database: %v", err), "", 0)
+		return err
+	}
+	c.push(reply{msg: 'Q', prefix: prefix, adm: adm, chg: -1, text: vd.text})
+	return nil
+}
+
+// refuseQuery replaces a refused Query (or FunctionCall) with one the
+// server fails, so the transaction fails as the client expects, and the
+// error is rewritten to r.
+func (c *session) refuseQuery(r *tokens.RefusalError, raw []byte) error {
+	c.out = appendQuery(c.out[:0], []byte("fencegate refused"))
+	if _, err := c.sw.Write(c.out); err != nil {
+		return err
+	}
+	c.push(reply{msg: 'Q', own: ownRefusal, why: r, chg: -1})
+	return nil
+}
+
+// extended handles a message of the extended protocol.
+func (c *session) extended(t byte, body, raw []byte) error {
+	if c.swallow {
+		if t != 'S' {
+			return nil
+		}
+		c.swallow, c.segStart = false, true
+		if c.localRFQ {
+			c.localRFQ = false
+			return c.answer(appendReadyForQuery(c.out[:0], 'I'))
+		}
+		if _, err := c.sw.Write(raw); err != nil {
+			return err
+		}
+		c.push(reply{msg: 'S', chg: -1})
+		return nil
+	}
+	switch t {
+	case 'H':
+		if _, err := c.sw.Write(raw); err != nil {
+			return err
+		}
+		return c.sw.Flush()
+	case 'S':
+		c.segStart = true
+		if _, err := c.sw.Write(raw); err != nil {
+			return err
+		}
+		c.push(reply{msg: 'S', chg: -1})
+		return nil
+	}
+	if c.segStart {
+		if err := c.startSegment(); err != nil {
+			return err
+		}
+	}
+	g := reply{msg: t, chg: -1}
+	var ch *change
+	var vd *verdict
+	why := ""
+	switch t {
+	case 'P':
+		name, rest, ok1 := cstring(body)
+		query, _, ok2 := cstring(rest)
+		if !ok1 || !ok2 {
+			return errors.New("pgwire: bad Parse message")
+		}
+		vd = c.s.stmts.get(query)
+		switch {
+		case vd.refuse != "":
+			why = vd.refuse
+		case vd.hasProc:
+			why = whyProcExtended
+		case vd.kind == kindSetToken:
+			why = whySetting
+		case reservedName(string(name)):
+			why = whyName
+		}
+		ch = &change{what: 'P', name: string(name), vd: vd}
+	case 'B':
+		portal, rest, ok1 := cstring(body)
+		stmt, _, ok2 := cstring(rest)
+		if !ok1 || !ok2 {
+			return errors.New("pgwire: bad Bind message")
+		}
+		vd = c.lookup('P', 's', stmt)
+		ch = &change{what: 'B', name: string(portal), vd: vd}
+	case 'E':
+		portal, _, ok := cstring(body)
+		if !ok {
+			return errors.New("pgwire: bad Execute message")
+		}
+		vd = c.lookup('B', 'p', portal)
+		if vd != nil {
+			g.kind, g.text = vd.kind, vd.text
+			// Checked now, in message order: what the names refer to
+			// when the server runs this Execute.
+			why = c.executesEnd(vd)
+		}
+	case 'C':
+		if len(body) < 2 {
+			return errors.New("pgwire: bad Close message")
+		}
+		name, _, _ := cstring(body[1:])
+		what := byte('s')
+		if body[0] == 'P' {
+			what = 'p'
+		}
+		ch = &change{what: what, name: string(name)}
+		if what == 's' && reservedName(string(name)) {
+			why = whyName
+		}
+	}
+	if why != "" {
+		return c.refuseSegment(c.refusalOf(why))
+	}
+	// Parse, Describe and Close run nothing of the client's; the check
+	// goes in front of the first Bind or Execute (Bind may plan, and so
+	// evaluate, the statement).
+	if c.needCheck && (t == 'B' || t == 'E') {
+		if err := c.check(); err != nil {
+			return err
+		}
+		if c.swallow {
+			return nil
+		}
+	}
+	c.idleStart = false
+	if _, err := c.sw.Write(raw); err != nil {
+		return err
+	}
+	if ch != nil {
+		c.pushChange(g, *ch)
+	} else {
+		c.push(g)
+	}
+	if t == 'E' && vd != nil {
+		if vd.kind == kindEnd {
+			c.needCheck = true // what follows before Sync runs in a new transaction
+		}
+		if vd.dealloc {
+			c.needPrepare = true
+		}
+	}
+	return nil
+}
+
+// check inserts the fence check before the client's next message:
+// Bind of the unnamed portal to fencegate's prepared check, and Execute.
+func (c *session) check() error {
+	adm, err := c.s.gw.AdmitSQL(c.ctx, c.fence, c.token)
+	if err != nil {
+		r, _ := tokens.AsRefusal(err)
+		if r == nil {
+			r = tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, 0, "%v", err)
+		}
+		return c.refuseSegment(r)
+	}
+	c.needCheck = false
+	b := c.out[:0]
+	if c.needPrepare {
+		c.needPrepare = false
+		c.advGen++
+		c.advName = advName(c.advGen)
+		b = appendParse(b, c.advName, advanceSQL)
+		c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
+	}
+	b = appendBindCheck(b, c.advName, c.fence, uint64(adm.Token()))
+	b = appendExecuteUnnamed(b)
+	c.out = b
+	c.push(reply{msg: 'B', own: ownCheck, adm: adm, chg: -1})
+	c.push(reply{msg: 'E', own: ownCheck, adm: adm, chg: -1})
+	if _, err := c.sw.Write(b); err != nil {
+		return err
+	}
+	return nil
+}
+
+// refuseSegment refuses the rest of an extended-protocol segment: the
+// client sees r and, at its Sync, ReadyForQuery. When nothing of the
+// segment was sent yet and no transaction is open, fencegate answers
+// itself; else a Parse the server fails takes the refused message's
+// place, so the server fails the transaction and skips to Sync.
+func (c *session) refuseSegment(r *tokens.RefusalError) error {
+	c.swallow = true
+	if c.idleStart {
+		c.localRFQ = true
+		return c.answer(c.cerr(r))
+	}
+	c.out = appendParse(c.out[:0], "fencegate_refused", "fencegate refused")
+	if _, err := c.sw.Write(c.out); err != nil {
+		return err
+	}
+	c.push(reply{msg: 'P', own: ownRefusal, why: r, chg: -1})
+	return c.sw.Flush()
+}
+
+// cerr is refusalError in C2S's buffer.
+func (c *session) cerr(r *tokens.RefusalError) []byte {
+	c.out = refusalError(c.out[:0], r)
+	return c.out
+}
+
+// executesEnd refuses SQL EXECUTE of a statement the protocol prepared
+// as a transaction end, CALL or DO (PREPARE itself only takes queries).
+func (c *session) executesEnd(vd *verdict) string {
+	for _, name := range vd.executes {
+		if s := c.lookup('P', 's', []byte(name)); s != nil && (s.kind == kindEnd || s.hasProc) {
+			return whyExecuteEnd
+		}
+	}
+	return ""
+}

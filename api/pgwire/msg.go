@@ -1,0 +1,194 @@
+package pgwire
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+)
+
+// maxMessage bounds one protocol message after startup. PostgreSQL's own
+// limit is 1 GB; a proxy that buffers a message needs a lower one.
+const maxMessage = 256 << 20
+
+// bufSize is the read and write buffer of each side of a session: most
+// messages fit, so they are forwarded from the read buffer without a copy
+// of their own.
+const bufSize = 32 << 10
+
+// msgReader frames PostgreSQL messages (type byte, int32 length, body).
+type msgReader struct {
+	r       *bufio.Reader
+	pending int    // bytes of the last message still to discard
+	big     []byte // body of a message larger than the buffer
+}
+
+func newMsgReader(r io.Reader) *msgReader {
+	return &msgReader{r: bufio.NewReaderSize(r, bufSize)}
+}
+
+// next returns the next message: its type, its body and the whole message
+// as received (raw, for forwarding). Both slices are valid until the next
+// call only.
+func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
+	if m.pending > 0 {
+		_, _ = m.r.Discard(m.pending)
+		m.pending = 0
+	}
+	hdr, err := m.r.Peek(5)
+	if err != nil {
+		if errors.Is(err, bufio.ErrBufferFull) {
+			err = io.ErrUnexpectedEOF
+		}
+		return 0, nil, nil, err
+	}
+	typ = hdr[0]
+	n := int(int32(binary.BigEndian.Uint32(hdr[1:5])))
+	if n < 4 || n > maxMessage {
+		return 0, nil, nil, fmt.Errorf("pgwire: message %q of invalid length %d", typ, n)
+	}
+	if n+1 <= m.r.Size() {
+		raw, err = m.r.Peek(n + 1)
+		if err != nil {
+			return 0, nil, nil, unexpectedEOF(err)
+		}
+		m.pending = n + 1
+		return typ, raw[5:], raw, nil
+	}
+	if cap(m.big) < n+1 {
+		m.big = make([]byte, n+1)
+	}
+	raw = m.big[:n+1]
+	if _, err := io.ReadFull(m.r, raw); err != nil {
+		return 0, nil, nil, unexpectedEOF(err)
+	}
+	if len(m.big) > 4*bufSize && cap(m.big) > 16*bufSize {
+		m.big = nil // a one-off: do not keep it
+	}
+	return typ, raw[5:], raw, nil
+}
+
+// buffered reports whether another message is (at least partly) already read.
+func (m *msgReader) buffered() bool { return m.r.Buffered() > m.pending }
+
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// cstring splits a NUL-terminated string off b.
+func cstring(b []byte) (s, rest []byte, ok bool) {
+	for i, c := range b {
+		if c == 0 {
+			return b[:i], b[i+1:], true
+		}
+	}
+	return nil, nil, false
+}
+
+// Messages fencegate writes itself. Each appends to dst.
+
+func beginMsg(dst []byte, typ byte) ([]byte, int) {
+	sp := len(dst)
+	return append(dst, typ, 0, 0, 0, 0), sp
+}
+
+func finishMsg(dst []byte, sp int) []byte {
+	binary.BigEndian.PutUint32(dst[sp+1:], uint32(len(dst)-sp-1))
+	return dst
+}
+
+func appendCString(dst []byte, s string) []byte { return append(append(dst, s...), 0) }
+
+func appendReadyForQuery(dst []byte, status byte) []byte {
+	return append(dst, 'Z', 0, 0, 0, 5, status)
+}
+
+func appendCommandComplete(dst []byte, tag string) []byte {
+	dst, sp := beginMsg(dst, 'C')
+	return finishMsg(appendCString(dst, tag), sp)
+}
+
+// pgError is an ErrorResponse fencegate sends.
+type pgError struct {
+	Severity string // ERROR or FATAL
+	Code     string
+	Message  string
+	Detail   string
+	Hint     string
+}
+
+func appendError(dst []byte, e pgError) []byte {
+	dst, sp := beginMsg(dst, 'E')
+	dst = appendCString(append(dst, 'S'), e.Severity)
+	dst = appendCString(append(dst, 'V'), e.Severity)
+	dst = appendCString(append(dst, 'C'), e.Code)
+	dst = appendCString(append(dst, 'M'), e.Message)
+	if e.Detail != "" {
+		dst = appendCString(append(dst, 'D'), e.Detail)
+	}
+	if e.Hint != "" {
+		dst = appendCString(append(dst, 'H'), e.Hint)
+	}
+	return finishMsg(append(dst, 0), sp)
+}
+
+// appendQuery appends a Query message of the parts' concatenation.
+func appendQuery(dst []byte, parts ...[]byte) []byte {
+	dst, sp := beginMsg(dst, 'Q')
+	for _, p := range parts {
+		dst = append(dst, p...)
+	}
+	return finishMsg(append(dst, 0), sp)
+}
+
+func appendParse(dst []byte, name, query string) []byte {
+	dst, sp := beginMsg(dst, 'P')
+	dst = appendCString(dst, name)
+	dst = appendCString(dst, query)
+	return finishMsg(append(dst, 0, 0), sp) // no parameter types
+}
+
+// appendBindCheck binds the unnamed portal to the fence check stmt with the
+// fence and token as text parameters.
+func appendBindCheck(dst []byte, stmt, fence string, token uint64) []byte {
+	dst, sp := beginMsg(dst, 'B')
+	dst = append(dst, 0) // unnamed portal
+	dst = appendCString(dst, stmt)
+	dst = append(dst, 0, 0) // parameter formats: all text
+	dst = append(dst, 0, 2) // two parameters
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(fence)))
+	dst = append(dst, fence...)
+	lp := len(dst)
+	dst = append(dst, 0, 0, 0, 0)
+	dst = strconv.AppendUint(dst, token, 10)
+	binary.BigEndian.PutUint32(dst[lp:], uint32(len(dst)-lp-4))
+	dst = append(dst, 0, 0) // result formats: all text
+	return finishMsg(dst, sp)
+}
+
+func appendExecuteUnnamed(dst []byte) []byte {
+	return append(dst, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
+}
+
+func appendSync(dst []byte) []byte { return append(dst, 'S', 0, 0, 0, 4) }
+
+// errorFields walks an ErrorResponse or NoticeResponse body.
+func errorField(body []byte, code byte) (string, bool) {
+	for len(body) > 0 && body[0] != 0 {
+		c := body[0]
+		v, rest, ok := cstring(body[1:])
+		if !ok {
+			return "", false
+		}
+		if c == code {
+			return string(v), true
+		}
+		body = rest
+	}
+	return "", false
+}

@@ -1,0 +1,334 @@
+// Package pgwire is fencegate's PostgreSQL wire-protocol listener: unmodified
+// PostgreSQL clients (psql, pgx, libpq, JDBC, ...) connect to it as to the
+// database itself, and every transaction they run is fenced (API.md,
+// "PostgreSQL wire protocol (drop-in)").
+//
+// Each client connection gets one server connection, made with the client's
+// own user, database and credentials: fencegate relays the authentication
+// exchange and holds no database password. The fence and token come with
+// the connection (startup parameters fencegate.fence and fencegate.token,
+// or the same in options). Before the first client statement of every
+// transaction, fencegate inserts the fence check (fencegate.advance) into
+// the client's stream, in that same transaction, and drops its replies
+// (PgBouncer's outstanding-request queue): a refused check fails the
+// transaction. The decision on the token is the pipeline's
+// (proxy.Gateway.AdmitSQL), shared with gRPC and HTTP.
+package pgwire
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/subtle"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencegate/fencegate/proxy"
+)
+
+// Config configures a Server.
+type Config struct {
+	// PostgresDSN names the database server clients reach through
+	// fencegate: its host, port and TLS settings (sslmode, sslrootcert,
+	// ...). Its user, database and password are not used: clients log in
+	// with their own.
+	PostgresDSN string
+	// TLS, when it returns a config, answers SSLRequest with 'S' and
+	// serves TLS (with client certificates when it asks for them). Nil,
+	// or a nil config, answers 'N'.
+	TLS func() *tls.Config
+	// Insecure lets a superuser, or a member of fencegate_owner, log in.
+	Insecure bool
+	// MaxFenceName is the longest fence name accepted; 0 means proxy's
+	// default.
+	MaxFenceName int
+	// StartupTimeout bounds the startup and authentication of a
+	// connection; 0 means 30 s.
+	StartupTimeout time.Duration
+	// Logger receives connection errors; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server serves the PostgreSQL protocol in front of one database server.
+type Server struct {
+	gw      *proxy.Gateway
+	cfg     Config
+	target  target
+	log     *slog.Logger
+	stmts   verdicts
+	cancels cancelKeys
+
+	mu       sync.Mutex
+	lis      map[net.Listener]struct{}
+	conns    map[*session]struct{}
+	closing  bool
+	connsWG  sync.WaitGroup
+	shutdown chan struct{}
+}
+
+// target is where and how server connections are dialled.
+type target struct {
+	network, addr string
+	tls           *tls.Config // nil: plain
+	tlsOptional   bool        // sslmode=prefer: plain when the server says 'N'
+	timeout       time.Duration
+}
+
+// New returns a Server admitting transactions through gw.
+func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
+	if gw == nil {
+		return nil, errors.New("pgwire: no gateway")
+	}
+	pc, err := pgconn.ParseConfig(cfg.PostgresDSN)
+	if err != nil {
+		return nil, fmt.Errorf("pgwire: --postgres-dsn: %w", err)
+	}
+	t := target{network: "tcp", addr: net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), tls: pc.TLSConfig, timeout: pc.ConnectTimeout}
+	if len(pc.Host) > 0 && pc.Host[0] == '/' {
+		t.network, t.addr = "unix", pc.Host+"/.s.PGSQL."+strconv.Itoa(int(pc.Port))
+	}
+	for _, fb := range pc.Fallbacks {
+		if fb.Host == pc.Host && fb.Port == pc.Port && fb.TLSConfig == nil {
+			t.tlsOptional = true
+		}
+	}
+	if t.timeout == 0 {
+		t.timeout = 10 * time.Second
+	}
+	if cfg.MaxFenceName == 0 {
+		cfg.MaxFenceName = proxy.DefaultConfig().MaxFenceName
+	}
+	if cfg.StartupTimeout == 0 {
+		cfg.StartupTimeout = 30 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Server{gw: gw, cfg: cfg, target: t, log: log, lis: map[net.Listener]struct{}{},
+		conns: map[*session]struct{}{}, shutdown: make(chan struct{}), cancels: cancelKeys{m: map[uint32]*cancelKey{}}}, nil
+}
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("pgwire: server closed")
+
+// Serve accepts connections on lis until Shutdown or Close.
+func (s *Server) Serve(lis net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.lis[lis] = struct{}{}
+	s.mu.Unlock()
+	var delay time.Duration
+	for {
+		c, err := lis.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return fmt.Errorf("pgwire: accept: %w", err)
+		}
+		delay = 0
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			c.Close()
+			return ErrServerClosed
+		}
+		s.connsWG.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.connsWG.Done()
+			s.handle(c)
+		}()
+	}
+}
+
+// Shutdown stops accepting connections, closes idle sessions at once and
+// every other one when its transaction ends, and waits for them until ctx
+// is done; then it closes what is left (the server rolls those
+// transactions back).
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	if !s.closing {
+		s.closing = true
+		close(s.shutdown)
+		for l := range s.lis {
+			l.Close()
+		}
+	}
+	for c := range s.conns {
+		c.closeIfIdle()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.connsWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.Close()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close closes the listeners and every session now.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if !s.closing {
+		s.closing = true
+		close(s.shutdown)
+		for l := range s.lis {
+			l.Close()
+		}
+	}
+	for c := range s.conns {
+		c.close()
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *Server) track(c *session, on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		if s.closing {
+			return false
+		}
+		s.conns[c] = struct{}{}
+	} else {
+		delete(s.conns, c)
+	}
+	return true
+}
+
+func (s *Server) closingNow() bool {
+	select {
+	case <-s.shutdown:
+		return true
+	default:
+		return false
+	}
+}
+
+// cancelKeys maps the key data fencegate gave each client to its server
+// connection's real key, so a CancelRequest reaches the right server
+// connection and a client cannot cancel another's with a key it saw.
+type cancelKeys struct {
+	mu sync.Mutex
+	m  map[uint32]*cancelKey
+}
+
+type cancelKey struct {
+	secret       []byte // what the client was given
+	serverPID    uint32
+	serverSecret []byte
+}
+
+// add registers a server key and returns the client's.
+func (k *cancelKeys) add(serverPID uint32, serverSecret []byte) (uint32, []byte, error) {
+	secret := make([]byte, max(4, len(serverSecret)))
+	if _, err := rand.Read(secret); err != nil {
+		return 0, nil, err
+	}
+	var b [4]byte
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	for {
+		if _, err := rand.Read(b[:]); err != nil {
+			return 0, nil, err
+		}
+		pid := binary.BigEndian.Uint32(b[:]) & 0x7fffffff // PIDs are positive
+		if _, taken := k.m[pid]; !taken && pid != 0 {
+			k.m[pid] = &cancelKey{secret: secret, serverPID: serverPID, serverSecret: append([]byte(nil), serverSecret...)}
+			return pid, secret, nil
+		}
+	}
+}
+
+func (k *cancelKeys) remove(pid uint32) {
+	k.mu.Lock()
+	delete(k.m, pid)
+	k.mu.Unlock()
+}
+
+func (k *cancelKeys) lookup(pid uint32, secret []byte) (*cancelKey, bool) {
+	k.mu.Lock()
+	ck := k.m[pid]
+	k.mu.Unlock()
+	if ck == nil || len(ck.secret) != len(secret) || subtle.ConstantTimeCompare(ck.secret, secret) != 1 {
+		return nil, false
+	}
+	return ck, true
+}
+
+// cancel sends the server the CancelRequest of ck.
+func (s *Server) cancel(ck *cancelKey) {
+	ctx, cancel := context.WithTimeout(context.Background(), s.target.timeout)
+	defer cancel()
+	var d net.Dialer
+	c, err := d.DialContext(ctx, s.target.network, s.target.addr)
+	if err != nil {
+		s.log.Warn("pgwire: cancel: cannot reach the database", "err", err)
+		return
+	}
+	defer c.Close()
+	msg := make([]byte, 0, 12+len(ck.serverSecret))
+	msg = binary.BigEndian.AppendUint32(msg, uint32(12+len(ck.serverSecret)))
+	msg = binary.BigEndian.AppendUint32(msg, 80877102)
+	msg = binary.BigEndian.AppendUint32(msg, ck.serverPID)
+	msg = append(msg, ck.serverSecret...)
+	_ = c.SetDeadline(time.Now().Add(s.target.timeout))
+	if _, err := c.Write(msg); err != nil {
+		s.log.Warn("pgwire: cancel", "err", err)
+		return
+	}
+	var b [1]byte
+	_, _ = c.Read(b[:]) // the server closes it when done
+}
+
+// TLSFrom adapts a listener's TLS config (api/auth.ServerTLS.Config, nil
+// without TLS) to PostgreSQL: ALPN offers only "postgresql", as
+// PostgreSQL 17 clients expect, not the HTTP protocols of the gRPC and
+// HTTP listeners.
+func TLSFrom(base *tls.Config) func() *tls.Config {
+	if base == nil {
+		return nil
+	}
+	return func() *tls.Config {
+		c := base.Clone()
+		c.NextProtos = []string{"postgresql"}
+		if get := base.GetConfigForClient; get != nil {
+			c.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+				cc, err := get(h)
+				if cc != nil {
+					cc = cc.Clone()
+					cc.NextProtos = []string{"postgresql"}
+				}
+				return cc, err
+			}
+		}
+		return c
+	}
+}

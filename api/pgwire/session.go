@@ -1,0 +1,516 @@
+package pgwire
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"net"
+	"strconv"
+	"sync"
+
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/audit"
+	"github.com/fencegate/fencegate/proxy/postgres"
+	"github.com/fencegate/fencegate/tokens"
+)
+
+// own says whose a message to the server is.
+type own uint8
+
+const (
+	ownClient  own = iota // the client's: replies pass through
+	ownCheck              // fencegate's fence check: replies dropped, its error is the refusal
+	ownRefusal            // fails on purpose in place of a refused message: its error is rewritten
+)
+
+// reply is one entry of the outstanding-request queue: a message sent to
+// the server whose replies have not all come back yet, in order.
+type reply struct {
+	msg    byte // the message: 'Q', 'P', 'B', 'D', 'E', 'C' (Close) or 'S'
+	own    own
+	kind   stmtKind         // Execute: of the portal's statement
+	prefix int              // Query: bytes of fence check before the client's SQL
+	passed bool             // Query with prefix: the check's replies are all in
+	adm    *proxy.Admission // ownCheck, and Query with prefix
+	why    *tokens.RefusalError
+	chg    int32 // index into session.changes, or -1
+	text   string
+}
+
+// change is a statement or portal a client's Parse, Bind or Close makes
+// or removes; it holds once the server confirms it (S2C sets ok), and is
+// applied to the session's maps at the next segment's start.
+type change struct {
+	what byte // 'P' Parse, 'B' Bind, 's' Close statement, 'p' Close portal
+	name string
+	vd   *verdict
+	ok   bool
+}
+
+// session is one client connection and its server connection. C2S
+// (clientLoop) reads the client and writes the server; S2C (serverLoop)
+// reads the server and writes the client. Both write the client (fencegate
+// answers some messages itself) under cwMu.
+type session struct {
+	s              *Server
+	client, server net.Conn
+	cr, sr         *msgReader
+	cwMu           sync.Mutex
+	cw, sw         *bufio.Writer
+	ctx            context.Context
+	fence, user    string
+	token          string // raw, as the client gave it
+	cancelPID      uint32
+	closeOnce      sync.Once
+	doneOnce       sync.Once
+
+	// The queue, and what S2C learnt from the server; under qmu.
+	qmu     sync.Mutex
+	qcond   sync.Cond
+	q       []reply // ring
+	qhead   int
+	qlen    int
+	syncs   int  // Query and Sync messages not yet answered
+	status  byte // of the last ReadyForQuery
+	discard bool // the server skips to the next Sync after an error
+	dead    bool
+	changes []change
+	notRun  []*proxy.Admission // checks the server skipped, for Done
+
+	// C2S only.
+	out         []byte
+	advName     string
+	advGen      int
+	needPrepare bool
+	segStart    bool
+	needCheck   bool // the next message starts a transaction not yet fenced
+	idleStart   bool // the segment started idle and nothing is sent yet
+	swallow     bool // drop client messages until Sync
+	localRFQ    bool // and answer that Sync with ReadyForQuery 'I' ourselves
+	stmts       map[string]*verdict
+	portals     map[string]*verdict
+
+	// S2C only.
+	sout  []byte
+	open  *proxy.Admission // the fenced transaction in progress
+	rows  int64
+	texts []string
+}
+
+func (c *session) close() {
+	c.closeOnce.Do(func() {
+		c.client.Close()
+		c.server.Close()
+	})
+}
+
+// closeIfIdle closes the session if no transaction is open and nothing
+// is outstanding (Shutdown).
+func (c *session) closeIfIdle() {
+	c.qmu.Lock()
+	idle := c.qlen == 0 && c.status == 'I'
+	c.qmu.Unlock()
+	if idle {
+		c.close()
+	}
+}
+
+// run serves the session until either side closes. A client that leaves
+// mid-transaction takes the server connection with it: the server rolls
+// the transaction back.
+func (c *session) run() {
+	errc := make(chan error, 1)
+	go func() { errc <- c.serverLoop(); c.close() }()
+	err := c.clientLoop()
+	c.close()
+	if e := <-errc; err == nil {
+		err = e
+	}
+	c.done(err)
+}
+
+// done calls Done for every admission still open, once.
+func (c *session) done(err error) {
+	c.doneOnce.Do(func() {
+		if c.cancelPID != 0 {
+			c.s.cancels.remove(c.cancelPID)
+		}
+		c.qmu.Lock()
+		c.dead = true
+		c.qcond.Broadcast()
+		var adms []*proxy.Admission
+		for i := 0; i < c.qlen; i++ {
+			if g := &c.q[(c.qhead+i)%len(c.q)]; g.adm != nil && !(g.msg == 'Q' && g.passed) {
+				adms = append(adms, g.adm)
+			}
+		}
+		adms = append(adms, c.notRun...)
+		c.notRun = nil
+		c.qmu.Unlock()
+		if c.open != nil {
+			c.open.Done(nil, c.fingerprint(), c.rows) // the check passed
+			c.open = nil
+		}
+		for _, a := range adms {
+			a.Done(tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, a.Token(), "connection closed before the fence check's answer"), "", 0)
+		}
+	})
+}
+
+// push appends g to the queue.
+func (c *session) push(g reply) {
+	c.qmu.Lock()
+	if c.qlen == len(c.q) {
+		n := make([]reply, max(16, 2*len(c.q)))
+		for i := 0; i < c.qlen; i++ {
+			n[i] = c.q[(c.qhead+i)%len(c.q)]
+		}
+		c.q, c.qhead = n, 0
+	}
+	c.q[(c.qhead+c.qlen)%len(c.q)] = g
+	c.qlen++
+	if g.msg == 'S' || g.msg == 'Q' {
+		c.syncs++
+	}
+	c.qmu.Unlock()
+}
+
+// pushChange records a change and the reply that confirms it.
+func (c *session) pushChange(g reply, ch change) {
+	c.qmu.Lock()
+	c.changes = append(c.changes, ch)
+	g.chg = int32(len(c.changes) - 1)
+	c.qmu.Unlock()
+	c.push(g)
+}
+
+// pop removes the queue's front; under qmu.
+func (c *session) pop() {
+	g := &c.q[c.qhead]
+	if g.msg == 'S' || g.msg == 'Q' {
+		c.syncs--
+	}
+	*g = reply{}
+	c.qhead = (c.qhead + 1) % len(c.q)
+	c.qlen--
+}
+
+// front returns the queue's front, first dropping what the server skips
+// after an error; under qmu.
+func (c *session) front() *reply {
+	for c.qlen > 0 {
+		g := &c.q[c.qhead]
+		if !c.discard || g.msg == 'S' {
+			return g
+		}
+		if g.own == ownCheck && g.adm != nil {
+			c.notRun = append(c.notRun, g.adm)
+		}
+		c.pop()
+	}
+	return nil
+}
+
+// toClient writes b to the client, flushing unless more server messages
+// are already read.
+func (c *session) toClient(b []byte) error {
+	c.cwMu.Lock()
+	defer c.cwMu.Unlock()
+	if _, err := c.cw.Write(b); err != nil {
+		return err
+	}
+	if !c.sr.buffered() {
+		return c.cw.Flush()
+	}
+	return nil
+}
+
+// answer writes fencegate's own answer to the client and flushes.
+func (c *session) answer(b []byte) error {
+	c.cwMu.Lock()
+	defer c.cwMu.Unlock()
+	if _, err := c.cw.Write(b); err != nil {
+		return err
+	}
+	return c.cw.Flush()
+}
+
+// serverLoop is S2C.
+func (c *session) serverLoop() error {
+	for {
+		t, body, raw, err := c.sr.next()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case 'A', 'S', 'N': // notification, parameter status, notice: not replies
+			if err := c.toClient(raw); err != nil {
+				return err
+			}
+			continue
+		}
+		out, err := c.reply(t, body, raw)
+		if err != nil {
+			return err
+		}
+		if out != nil {
+			if err := c.toClient(out); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// reply matches a server message with the queue and returns what the
+// client is to see of it (nil: nothing).
+func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
+	var refused *proxy.Admission // its check failed: Done with refusal
+	var refusal *tokens.RefusalError
+	var passed, ended *proxy.Admission
+	var notRun []*proxy.Admission
+	out := raw
+
+	c.qmu.Lock()
+	g := c.front()
+	if g == nil {
+		c.qmu.Unlock()
+		return raw, nil // e.g. a FATAL error as the server shuts down
+	}
+	complete := false
+	switch g.msg {
+	case 'Q':
+		switch {
+		case t == 'Z':
+			complete = true
+		case g.own == ownRefusal:
+			out = nil
+			if t == 'E' {
+				out = c.serr(g.why)
+			}
+		case g.prefix > 0 && !g.passed:
+			out = nil
+			switch t {
+			case 'C':
+				g.passed = true
+				passed = g.adm
+			case 'E':
+				refusal = c.checkRefusal(body, g.adm)
+				refused = g.adm
+				g.adm = nil
+				out = c.serr(refusal)
+			}
+		default:
+			switch t {
+			case 'E':
+				if s := c.shiftPosition(body, g.prefix); s != nil {
+					out = s
+				}
+			case 'C':
+				c.countRows(body)
+			}
+		}
+	case 'S':
+		complete = t == 'Z'
+	default:
+		if t == 'E' {
+			complete = true
+			c.discard = true
+			switch g.own {
+			case ownCheck:
+				refusal = c.checkRefusal(body, g.adm)
+				refused = g.adm
+				out = c.serr(refusal)
+			case ownRefusal:
+				out = c.serr(g.why)
+			}
+			break
+		}
+		switch g.msg {
+		case 'P':
+			complete = t == '1'
+		case 'B':
+			complete = t == '2'
+		case 'C':
+			complete = t == '3'
+		case 'D':
+			complete = t == 'T' || t == 'n'
+		case 'E':
+			complete = t == 'C' || t == 'I' || t == 's'
+			if t == 'C' && g.own == ownClient {
+				c.countRows(body)
+			}
+		}
+		if g.own != ownClient {
+			out = nil
+			if complete && g.msg == 'E' && g.own == ownCheck {
+				passed = g.adm
+			}
+		} else if complete && g.chg >= 0 {
+			c.changes[g.chg].ok = true
+		}
+		if complete && g.msg == 'E' && g.own == ownClient && g.kind == kindEnd && t == 'C' {
+			ended = c.open
+			c.open = nil
+		}
+	}
+	if complete {
+		if g.own == ownClient && c.s.gw != nil && g.text != "" && c.open != nil && c.audited() {
+			c.texts = append(c.texts, g.text)
+		}
+		if t == 'Z' {
+			c.status = body[0]
+			if c.status == 'I' && c.open != nil {
+				ended = c.open
+				c.open = nil
+			}
+			c.discard = false
+		}
+		c.pop()
+		if t == 'Z' {
+			c.qcond.Broadcast()
+		}
+	}
+	notRun, c.notRun = c.notRun, nil
+	// Shutting down: an idle session ends after this ReadyForQuery; one
+	// in a transaction goes on until the transaction ends.
+	closeNow := t == 'Z' && c.qlen == 0 && c.status == 'I' && c.s.closingNow()
+	c.qmu.Unlock()
+
+	if refused != nil {
+		refused.Done(refusal, "", 0)
+	}
+	for _, a := range notRun {
+		a.Done(tokens.Refuse(tokens.ReasonStatementFailed, c.fence, a.Token(), "not run: an earlier message of the pipeline failed"), "", 0)
+	}
+	if ended != nil {
+		ended.Done(nil, c.fingerprint(), c.rows)
+	}
+	if passed != nil {
+		if c.open != nil { // cannot happen: a check starts each transaction once
+			c.open.Done(nil, c.fingerprint(), c.rows)
+		}
+		c.open, c.rows, c.texts = passed, 0, c.texts[:0]
+	}
+	if closeNow {
+		_ = c.answer(out)
+		return nil, errShutdown
+	}
+	return out, nil
+}
+
+var errShutdown = errors.New("pgwire: shutting down")
+
+func (c *session) audited() bool { return c.open != nil && c.open.Audited() }
+
+func (c *session) fingerprint() string {
+	if c.open == nil || !c.open.Audited() {
+		return ""
+	}
+	return audit.Fingerprint(c.texts...)
+}
+
+// checkRefusal is the refusal of a fence check the server failed.
+func (c *session) checkRefusal(body []byte, adm *proxy.Admission) *tokens.RefusalError {
+	var er pgproto3.ErrorResponse
+	if err := er.Decode(body); err != nil {
+		return tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, adm.Token(), "cannot read the fence check's answer: %v", err)
+	}
+	return postgres.RefusalOf(c.fence, adm.Token(), pgconn.ErrorResponseToPgError(&er))
+}
+
+// sqlState is API.md's SQLSTATE of a refusal.
+func sqlState(r *tokens.RefusalError) string {
+	switch r.Reason {
+	case tokens.ReasonStaleToken:
+		return "FG001"
+	case tokens.ReasonTermEnded:
+		return "FG002"
+	case tokens.ReasonUnknownTerm:
+		return "FG003"
+	case tokens.ReasonMissingToken, tokens.ReasonInvalidToken:
+		return "FG004"
+	case tokens.ReasonEtcdUnavailable:
+		return "FG005"
+	case tokens.ReasonInvalidRequest:
+		return "FG006"
+	case tokens.ReasonNotAuthorized:
+		return "42501"
+	case tokens.ReasonUnauthenticated:
+		return "28000"
+	case tokens.ReasonOverloaded:
+		return "53000"
+	}
+	if s := r.Metadata["sqlstate"]; s != "" {
+		return s
+	}
+	return "58000"
+}
+
+// serr is refusalError in S2C's buffer.
+func (c *session) serr(r *tokens.RefusalError) []byte {
+	c.sout = refusalError(c.sout[:0], r)
+	return c.sout
+}
+
+// refusalError appends the ErrorResponse of a refusal to dst.
+func refusalError(dst []byte, r *tokens.RefusalError) []byte {
+	msg := "fencegate: " + string(r.Reason)
+	if r.Msg != "" {
+		msg += ": " + r.Msg
+	}
+	e := pgError{Severity: "ERROR", Code: sqlState(r), Message: msg}
+	if r.HighWater != 0 {
+		e.Detail = "high_water=" + r.HighWater.String()
+		e.Hint = "a later leader has written to this fence; this writer must step down"
+	}
+	return appendError(dst, e)
+}
+
+// shiftPosition rewrites an ErrorResponse's position (P) to count from
+// the client's SQL rather than from the fence check in front of it; nil
+// when there is nothing to rewrite.
+func (c *session) shiftPosition(body []byte, prefix int) []byte {
+	p, ok := errorField(body, 'P')
+	if !ok {
+		return nil
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil || n <= prefix {
+		return nil
+	}
+	b, sp := beginMsg(c.sout[:0], 'E')
+	for len(body) > 0 && body[0] != 0 {
+		code := body[0]
+		v, rest, _ := cstring(body[1:])
+		b = append(b, code)
+		if code == 'P' {
+			b = strconv.AppendInt(b, int64(n-prefix), 10)
+			b = append(b, 0)
+		} else {
+			b = append(append(b, v...), 0)
+		}
+		body = rest
+	}
+	c.sout = finishMsg(append(b, 0), sp)
+	return c.sout
+}
+
+// countRows adds the rows a CommandComplete says were written.
+func (c *session) countRows(body []byte) {
+	tag, _, _ := cstring(body)
+	var i int
+	for i = len(tag); i > 0 && tag[i-1] >= '0' && tag[i-1] <= '9'; i-- {
+	}
+	if i == len(tag) || i == 0 {
+		return
+	}
+	switch tag[0] {
+	case 'I', 'U', 'D', 'M', 'C': // INSERT, UPDATE, DELETE, MERGE, COPY
+		if n, err := strconv.ParseInt(string(tag[i:]), 10, 64); err == nil {
+			c.rows += n
+		}
+	}
+}

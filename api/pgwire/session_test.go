@@ -1,0 +1,279 @@
+package pgwire_test
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/api/pgwire"
+)
+
+// TestAuthRelay: the database authenticates the client through fencegate
+// with SCRAM-SHA-256, MD5 and cleartext passwords; a wrong password is
+// refused by the database.
+func TestAuthRelay(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "authed")
+	methods := []struct{ role, method, encryption string }{
+		{"scram_user", "scram-sha-256", "scram-sha-256"},
+		{"md5_user", "md5", "md5"},
+		{"pw_user", "password", "scram-sha-256"},
+	}
+	var hba strings.Builder
+	for _, m := range methods {
+		if _, err := pgServer.RuntimeRole(ctx, m.role); err != nil {
+			t.Fatal(err)
+		}
+		for _, sql := range []string{
+			"SET password_encryption = '" + m.encryption + "'",
+			"ALTER ROLE " + m.role + " PASSWORD 'secret-" + m.role + "'",
+			"GRANT INSERT, SELECT ON authed TO " + m.role,
+			"GRANT USAGE ON SEQUENCE authed_id_seq TO " + m.role,
+		} {
+			if _, err := e.admin.Exec(ctx, sql); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+		fmt.Fprintf(&hba, "host all %s 127.0.0.1/32 %s\n", m.role, m.method)
+	}
+	path := filepath.Join(pgServer.DataDir(), "pg_hba.conf")
+	old, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, append([]byte(hba.String()), old...), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = os.WriteFile(path, old, 0o600)
+		_, _ = e.admin.Exec(context.Background(), "SELECT pg_reload_conf()")
+	})
+	if _, err := e.admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond) // the postmaster reloads asynchronously
+	tok, _ := e.lead(t, "authed")
+	for _, m := range methods {
+		t.Run(m.method, func(t *testing.T) {
+			dsn := fmt.Sprintf("postgres://%s:secret-%s@%s/postgres?sslmode=disable&fencegate.fence=authed&fencegate.token=%d", m.role, m.role, e.addr, tok)
+			c, err := pgx.Connect(ctx, dsn)
+			if err != nil {
+				t.Fatalf("right password: %v", err)
+			}
+			defer c.Close(ctx)
+			if _, err := c.Exec(ctx, "INSERT INTO authed (v) VALUES ($1)", m.role); err != nil {
+				t.Fatal(err)
+			}
+			wrong := strings.Replace(dsn, ":secret-", ":wrong-", 1)
+			_, err = pgx.Connect(ctx, wrong)
+			wantCode(t, err, "28P01") // invalid_password, from the database
+		})
+	}
+	if got := e.count(t, "authed"); got != len(methods) {
+		t.Fatalf("got %d rows, want %d", got, len(methods))
+	}
+}
+
+// TestCancel: a client's CancelRequest, with the key fencegate gave it,
+// cancels its statement on its own server connection.
+func TestCancel(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	tok, _ := e.lead(t, "cancel")
+	other := e.connect(t, "cancel", tok)
+	c := e.connect(t, "cancel", tok)
+	if pid := c.PgConn().PID(); pid == 0 {
+		t.Fatal("no key data")
+	}
+	var serverPID uint32
+	if err := c.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&serverPID); err != nil {
+		t.Fatal(err)
+	}
+	if serverPID == c.PgConn().PID() {
+		t.Fatalf("the client got the server's own process id %d, want fencegate's", serverPID)
+	}
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_ = c.PgConn().CancelRequest(ctx)
+	}()
+	start := time.Now()
+	_, err := c.Exec(ctx, "SELECT pg_sleep(20)")
+	wantCode(t, err, "57014") // query_canceled
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("cancelled after %v", d)
+	}
+	for _, conn := range []*pgx.Conn{c, other} {
+		if _, err := conn.Exec(ctx, "SELECT 1"); err != nil {
+			t.Fatalf("after the cancel: %v", err)
+		}
+	}
+}
+
+// TestStartupRefused: a connection without fence or token, or logged in
+// as a superuser, is refused at its start with one FATAL line.
+func TestStartupRefused(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	cases := []struct {
+		name, dsn, code, msg string
+	}{
+		{"no token", fmt.Sprintf("postgres://worker@%s/postgres?sslmode=disable&fencegate.fence=jobs", e.addr), "FG004", "MISSING_TOKEN"},
+		{"bad token", fmt.Sprintf("postgres://worker@%s/postgres?sslmode=disable&fencegate.fence=jobs&fencegate.token=-1", e.addr), "FG004", "INVALID_TOKEN"},
+		{"no fence", fmt.Sprintf("postgres://worker@%s/postgres?sslmode=disable&fencegate.token=1", e.addr), "FG006", "no fence"},
+		{"bad fence", fmt.Sprintf("postgres://worker@%s/postgres?sslmode=disable&fencegate.fence=a/b&fencegate.token=1", e.addr), "FG006", "fence name"},
+		{"other setting", fmt.Sprintf("postgres://worker@%s/postgres?sslmode=disable&fencegate.fence=jobs&fencegate.token=1&fencegate.fenced=x", e.addr), "FG006", "unknown setting"},
+		{"superuser", e.dsn("postgres", "jobs", 1), "FG006", "superuser"},
+		{"options", fmt.Sprintf("postgres://worker@%s/postgres?sslmode=disable&options=%s", e.addr, optEscape("-c fencegate.fence=jobs")), "FG004", "MISSING_TOKEN"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := pgx.Connect(ctx, tc.dsn)
+			if err == nil {
+				c.Close(ctx)
+				t.Fatal("connected")
+			}
+			pe := wantCode(t, err, tc.code)
+			if !strings.Contains(pe.Message, tc.msg) || pe.Severity != "FATAL" {
+				t.Fatalf("got %s %q, want FATAL containing %q", pe.Severity, pe.Message, tc.msg)
+			}
+		})
+	}
+	// The options form works.
+	tok, _ := e.lead(t, "opts")
+	c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://worker@%s/postgres?sslmode=disable&options=%s", e.addr, optEscape(fmt.Sprintf("-c fencegate.fence=opts --fencegate.token=%d -c application_name=kept", tok))))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	var app string
+	if err := c.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil {
+		t.Fatal(err)
+	}
+	if app != "kept" {
+		t.Fatalf("got application_name %q, want the rest of options passed on", app)
+	}
+}
+
+func optEscape(s string) string { return strings.ReplaceAll(url.QueryEscape(s), "+", "%20") }
+
+// TestShutdown: Shutdown closes idle sessions at once and lets a session
+// in a transaction finish it.
+func TestShutdown(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "sd")
+	tok, _ := e.lead(t, "sd")
+	idle := e.connect(t, "sd", tok)
+	busy := e.connect(t, "sd", tok)
+	if _, err := busy.Exec(ctx, "BEGIN"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := busy.Exec(ctx, "INSERT INTO sd (v) VALUES ('1')"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		done <- e.srv.Shutdown(sctx)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	if _, err := idle.Exec(ctx, "SELECT 1"); err == nil {
+		t.Fatal("an idle session survived Shutdown")
+	}
+	if _, err := busy.Exec(ctx, "INSERT INTO sd (v) VALUES ('2')"); err != nil {
+		t.Fatalf("in a transaction during Shutdown: %v", err)
+	}
+	if _, err := busy.Exec(ctx, "COMMIT"); err != nil {
+		t.Fatalf("COMMIT during Shutdown: %v", err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Shutdown: %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Shutdown did not return after the last transaction ended")
+	}
+	if got := e.count(t, "sd"); got != 2 {
+		t.Fatalf("got %d rows, want 2", got)
+	}
+}
+
+// TestLargeMessages: messages larger than the read buffer (a long query,
+// large COPY data, large parameters and rows) pass whole.
+func TestLargeMessages(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "big")
+	tok, _ := e.lead(t, "big")
+	c := e.connect(t, "big", tok)
+	large := strings.Repeat("x", 200<<10)
+	if _, err := c.Exec(ctx, "INSERT INTO big (v) VALUES ('"+large+"')"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Exec(ctx, "INSERT INTO big (v) VALUES ($1)", large); err != nil {
+		t.Fatal(err)
+	}
+	rows := make([][]any, 50)
+	for i := range rows {
+		rows[i] = []any{large[:10<<10]}
+	}
+	if _, err := c.CopyFrom(ctx, pgx.Identifier{"big"}, []string{"v"}, pgx.CopyFromRows(rows)); err != nil {
+		t.Fatal(err)
+	}
+	var n int
+	if err := c.QueryRow(ctx, "SELECT sum(length(v)) FROM big WHERE length(v) > $1", 0).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if want := 2*len(large) + 50*(10<<10); n != want {
+		t.Fatalf("got %d bytes stored, want %d", n, want)
+	}
+	var back string
+	if err := c.QueryRow(ctx, "SELECT v FROM big ORDER BY id LIMIT 1").Scan(&back); err != nil || back != large {
+		t.Fatalf("got %d bytes back (%v), want %d", len(back), err, len(large))
+	}
+}
+
+// TestSessionState: LISTEN/NOTIFY, session SET and prepared statements
+// work as in a direct session.
+func TestSessionState(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	tok, _ := e.lead(t, "state")
+	c := e.connect(t, "state", tok)
+	if _, err := c.Exec(ctx, "LISTEN jobs_done"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.Exec(ctx, "NOTIFY jobs_done, 'hello'"); err != nil {
+		t.Fatal(err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := c.WaitForNotification(wctx)
+	if err != nil || n.Payload != "hello" {
+		t.Fatalf("got %v, %v, want the notification", n, err)
+	}
+	if _, err := c.Exec(ctx, "SET application_name = 'through-fencegate'"); err != nil {
+		t.Fatal(err)
+	}
+	var app string
+	if err := c.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&app); err != nil || app != "through-fencegate" {
+		t.Fatalf("got %q, %v, want the session's SET to hold", app, err)
+	}
+	if _, err := c.Exec(ctx, "PREPARE q(int) AS SELECT $1 + 1"); err != nil {
+		t.Fatal(err)
+	}
+	var v int
+	if err := c.QueryRow(ctx, "EXECUTE q(41)").Scan(&v); err != nil || v != 42 {
+		t.Fatalf("got %d, %v, want 42 from a SQL prepared statement", v, err)
+	}
+}

@@ -1,0 +1,537 @@
+package pgwire
+
+import (
+	"bufio"
+	"context"
+	"crypto/tls"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgproto3"
+
+	"github.com/fencegate/fencegate/api/auth"
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/policy"
+	"github.com/fencegate/fencegate/tokens"
+)
+
+// Startup packet codes (PostgreSQL's protocol).
+const (
+	codeSSL    = 80877103
+	codeGSS    = 80877104
+	codeCancel = 80877102
+)
+
+// advanceSQL is fencegate's fence check, prepared on every server
+// connection. Types are schema-qualified: no search_path of the
+// client's changes what it calls.
+const advanceSQL = "SELECT fencegate.advance($1::pg_catalog.text, $2::pg_catalog.int8)"
+
+// roleCheckSQL is true when the login is a superuser, or may become one
+// or fencegate_owner: its statements could then change the fences.
+const roleCheckSQL = "SELECT pg_catalog.bool_or(pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')) " +
+	"FROM pg_catalog.pg_roles r WHERE r.rolsuper OR r.rolname = 'fencegate_owner'"
+
+// fatal is a connection refused at its start.
+type fatal struct{ code, msg string }
+
+func (f *fatal) Error() string { return f.msg }
+
+func refuseStart(code string, r tokens.Reason, format string, args ...any) *fatal {
+	return &fatal{code: code, msg: "fencegate: " + string(r) + ": " + fmt.Sprintf(format, args...)}
+}
+
+// handle serves one client connection.
+func (s *Server) handle(c net.Conn) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
+	sess, client, err := s.startup(c)
+	if err != nil {
+		var f *fatal
+		if errors.As(err, &f) {
+			_, _ = client.Write(appendError(nil, pgError{Severity: "FATAL", Code: f.code, Message: f.msg}))
+		}
+		if sess != nil {
+			sess.close()
+			sess.done(err)
+		}
+		if !errors.Is(err, io.EOF) && !errors.Is(err, errCancel) {
+			s.log.Debug("pgwire: connection refused at start", "peer", c.RemoteAddr().String(), "err", err)
+		}
+		return
+	}
+	if !s.track(sess, true) {
+		sess.close()
+		sess.done(ErrServerClosed)
+		return
+	}
+	defer s.track(sess, false)
+	_ = sess.client.SetDeadline(time.Time{})
+	_ = sess.server.SetDeadline(time.Time{})
+	sess.run()
+}
+
+var errCancel = errors.New("pgwire: cancel request")
+
+// readStartup reads one startup packet straight from c, unbuffered, so no
+// byte sent before a TLS handshake is read as if it came after.
+func readStartup(c net.Conn) ([]byte, error) {
+	var hdr [4]byte
+	if _, err := io.ReadFull(c, hdr[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(hdr[:]))
+	if n < 8 || n > 10000 {
+		return nil, fmt.Errorf("pgwire: startup packet of invalid length %d", n)
+	}
+	body := make([]byte, n-4)
+	if _, err := io.ReadFull(c, body); err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	return body, nil
+}
+
+// startup negotiates TLS, reads the startup message, connects to the
+// server with the client's own credentials and relays authentication.
+// A *fatal error is sent to the client as a FATAL ErrorResponse; when
+// the session is returned with an error, on its (possibly TLS) connection.
+func (s *Server) startup(c net.Conn) (*session, net.Conn, error) {
+	client := c
+	var tlsState *tls.ConnectionState
+	var sm pgproto3.StartupMessage
+	for {
+		body, err := readStartup(client)
+		if err != nil {
+			return nil, client, err
+		}
+		switch code := binary.BigEndian.Uint32(body); code {
+		case codeSSL:
+			var cfg *tls.Config
+			if s.cfg.TLS != nil {
+				cfg = s.cfg.TLS()
+			}
+			if cfg == nil || tlsState != nil {
+				if _, err := client.Write([]byte{'N'}); err != nil {
+					return nil, client, err
+				}
+				continue
+			}
+			if _, err := client.Write([]byte{'S'}); err != nil {
+				return nil, client, err
+			}
+			tc := tls.Server(client, cfg)
+			if err := tc.Handshake(); err != nil {
+				return nil, client, fmt.Errorf("pgwire: TLS: %w", err)
+			}
+			st := tc.ConnectionState()
+			tlsState, client = &st, tc
+		case codeGSS:
+			if _, err := client.Write([]byte{'N'}); err != nil {
+				return nil, client, err
+			}
+		case codeCancel:
+			if len(body) < 12 {
+				return nil, client, errCancel
+			}
+			if ck, ok := s.cancels.lookup(binary.BigEndian.Uint32(body[4:8]), body[8:]); ok {
+				s.cancel(ck)
+			}
+			return nil, client, errCancel
+		case pgproto3.ProtocolVersion30, pgproto3.ProtocolVersion32:
+			if err := sm.Decode(body); err != nil {
+				return nil, client, &fatal{code: "08P01", msg: "fencegate: invalid startup message: " + err.Error()}
+			}
+			sess, err := s.login(c, client, tlsState, &sm)
+			return sess, client, err
+		default:
+			return nil, client, &fatal{code: "0A000", msg: fmt.Sprintf("fencegate: unsupported frontend protocol %d.%d", code>>16, code&0xffff)}
+		}
+	}
+}
+
+// login takes fence and token from the startup parameters, dials the
+// server and relays authentication. raw is the TCP connection, client
+// the one to talk on (TLS or not).
+func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *pgproto3.StartupMessage) (*session, error) {
+	fail := func(f *fatal) (*session, error) { return nil, f }
+	params := make(map[string]string, len(sm.Parameters))
+	fence, token, other := "", "", ""
+	for k, v := range sm.Parameters {
+		switch lk := strings.ToLower(k); {
+		case lk == "fencegate.fence":
+			fence = v
+		case lk == "fencegate.token":
+			token = v
+		case strings.HasPrefix(lk, "fencegate."):
+			other = k
+		default:
+			params[k] = v
+		}
+	}
+	if opts, ok := params["options"]; ok {
+		rest, f, t, o := splitOptions(opts)
+		if f != "" {
+			fence = f
+		}
+		if t != "" {
+			token = t
+		}
+		if o != "" {
+			other = o
+		}
+		if rest == "" {
+			delete(params, "options")
+		} else {
+			params["options"] = rest
+		}
+	}
+	if other != "" {
+		return fail(refuseStart("FG006", tokens.ReasonInvalidRequest, "unknown setting %.64q: only fencegate.fence and fencegate.token may be given", other))
+	}
+	if r, ok := params["replication"]; ok {
+		switch strings.ToLower(r) {
+		case "false", "off", "no", "0":
+		default:
+			return fail(refuseStart("FG006", tokens.ReasonInvalidRequest, "replication connections are not fenced; connect to the database directly"))
+		}
+	}
+	user := params["user"]
+	if user == "" {
+		return fail(&fatal{code: "28000", msg: "fencegate: no PostgreSQL user name specified in startup packet"})
+	}
+	if !proxy.ValidFenceName(fence, s.cfg.MaxFenceName) {
+		if fence == "" {
+			return fail(refuseStart("FG006", tokens.ReasonInvalidRequest, "no fence: connect with options '-c fencegate.fence=<fence> -c fencegate.token=<token>' (PGOPTIONS)"))
+		}
+		return fail(refuseStart("FG006", tokens.ReasonInvalidRequest, "fence name %.64q: want 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", fence, s.cfg.MaxFenceName))
+	}
+	if _, err := tokens.Parse(token); err != nil {
+		if errors.Is(err, tokens.ErrMissing) {
+			return fail(refuseStart("FG004", tokens.ReasonMissingToken, "no fencing token: connect with options '-c fencegate.token=<token>' (PGOPTIONS)"))
+		}
+		return fail(refuseStart("FG004", tokens.ReasonInvalidToken, "fencing token %.32q is not a decimal integer in [1, 2^64)", token))
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StartupTimeout)
+	defer cancel()
+	server, err := s.dial(ctx)
+	if err != nil {
+		return fail(&fatal{code: "08006", msg: "fencegate: BACKEND_UNAVAILABLE: cannot reach the database: " + err.Error()})
+	}
+	_ = server.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
+	sess := newSession(s, client, server)
+	sess.fence, sess.token, sess.user = fence, token, user
+	out, err := (&pgproto3.StartupMessage{ProtocolVersion: sm.ProtocolVersion, Parameters: params}).Encode(nil)
+	if err == nil {
+		_, err = server.Write(out)
+	}
+	if err != nil {
+		server.Close()
+		return fail(&fatal{code: "08006", msg: "fencegate: BACKEND_UNAVAILABLE: " + err.Error()})
+	}
+	if err := sess.relayAuth(); err != nil {
+		return sess, err
+	}
+	principal := "postgres:" + user
+	if tlsState != nil && len(tlsState.VerifiedChains) > 0 && len(tlsState.VerifiedChains[0]) > 0 {
+		if p := auth.PrincipalOf(tlsState.VerifiedChains[0][0]); p != "" {
+			principal = p
+		}
+	}
+	sess.ctx = policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()})
+	return sess, nil
+}
+
+// splitOptions takes fencegate's settings out of a startup options string
+// (`-c name=value`, `-cname=value` or `--name=value`, white space
+// separated, backslash escaping), returning the rest as given.
+func splitOptions(s string) (rest, fence, token, other string) {
+	type tok struct{ raw, val string }
+	var toks []tok
+	for i := 0; i < len(s); {
+		for i < len(s) && isSpace(s[i]) {
+			i++
+		}
+		if i >= len(s) {
+			break
+		}
+		start := i
+		var val []byte
+		for i < len(s) && !isSpace(s[i]) {
+			if s[i] == '\\' && i+1 < len(s) {
+				i++
+			}
+			val = append(val, s[i])
+			i++
+		}
+		toks = append(toks, tok{s[start:i], string(val)})
+	}
+	var kept []string
+	for j := 0; j < len(toks); j++ {
+		v, n, setting := toks[j].val, 1, ""
+		switch {
+		case v == "-c" && j+1 < len(toks):
+			setting, n = toks[j+1].val, 2
+		case strings.HasPrefix(v, "-c"):
+			setting = v[2:]
+		case strings.HasPrefix(v, "--"):
+			setting = v[2:]
+		}
+		name, value, _ := strings.Cut(setting, "=")
+		lname := strings.ToLower(strings.ReplaceAll(name, "-", "_"))
+		if strings.HasPrefix(lname, "fencegate.") {
+			switch lname {
+			case "fencegate.fence":
+				fence = value
+			case "fencegate.token":
+				token = value
+			default:
+				other = name
+			}
+			j += n - 1
+			continue
+		}
+		for k := j; k < j+n; k++ {
+			kept = append(kept, toks[k].raw)
+		}
+		j += n - 1
+	}
+	return strings.Join(kept, " "), fence, token, other
+}
+
+func isSpace(c byte) bool {
+	return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'
+}
+
+// dial connects to the database server, with TLS when the DSN asks for it.
+func (s *Server) dial(ctx context.Context) (net.Conn, error) {
+	d := net.Dialer{Timeout: s.target.timeout}
+	c, err := d.DialContext(ctx, s.target.network, s.target.addr)
+	if err != nil {
+		return nil, err
+	}
+	if s.target.tls == nil {
+		return c, nil
+	}
+	_ = c.SetDeadline(time.Now().Add(s.target.timeout))
+	if _, err := c.Write([]byte{0, 0, 0, 8, 0x04, 0xd2, 0x16, 0x2f}); err != nil {
+		c.Close()
+		return nil, err
+	}
+	var b [1]byte
+	if _, err := io.ReadFull(c, b[:]); err != nil {
+		c.Close()
+		return nil, err
+	}
+	switch {
+	case b[0] == 'S':
+		tc := tls.Client(c, s.target.tls.Clone())
+		if err := tc.HandshakeContext(ctx); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("TLS: %w", err)
+		}
+		return tc, nil
+	case b[0] == 'N' && s.target.tlsOptional:
+		return c, nil
+	}
+	c.Close()
+	return nil, errors.New("the server does not offer TLS, which --postgres-dsn requires")
+}
+
+// relayAuth relays the authentication exchange until the server accepts
+// the login, then reads the session's start (ParameterStatus,
+// BackendKeyData, ReadyForQuery), refuses superusers and owners of
+// fencegate's schema, and prepares the fence check.
+func (c *session) relayAuth() error {
+	for {
+		t, body, raw, err := c.sr.next()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case 'R':
+			if len(body) < 4 {
+				return errors.New("pgwire: short authentication message")
+			}
+			code := binary.BigEndian.Uint32(body)
+			switch code {
+			case 0: // AuthenticationOk
+				c.cw.Write(raw)
+				return c.afterLogin()
+			case 10: // SASL: no -PLUS, the TLS of each side is its own
+				c.out = c.out[:0]
+				c.out, _ = beginMsgAt(c.out, 'R')
+				c.out = binary.BigEndian.AppendUint32(c.out, 10)
+				mechs, n := body[4:], 0
+				for len(mechs) > 0 && mechs[0] != 0 {
+					m, rest, ok := cstring(mechs)
+					if !ok {
+						return errors.New("pgwire: bad SASL mechanisms")
+					}
+					if string(m) != "SCRAM-SHA-256-PLUS" {
+						c.out = append(append(c.out, m...), 0)
+						n++
+					}
+					mechs = rest
+				}
+				if n == 0 {
+					return &fatal{code: "28000", msg: "fencegate: the database offers only SCRAM-SHA-256-PLUS, which cannot bind a connection that fencegate splits"}
+				}
+				c.out = finishMsg(append(c.out, 0), 0)
+				c.cw.Write(c.out)
+			case 3, 5, 11, 12: // cleartext, MD5, SASL continue, SASL final
+				c.cw.Write(raw)
+			default:
+				return &fatal{code: "28000", msg: fmt.Sprintf("fencegate: authentication method %d (GSSAPI, SSPI, ...) is not supported through fencegate", code)}
+			}
+			if err := c.cw.Flush(); err != nil {
+				return err
+			}
+			if code == 12 {
+				continue // no answer to SASL final
+			}
+			ct, _, craw, err := c.cr.next()
+			if err != nil {
+				return err
+			}
+			if ct != 'p' {
+				return &fatal{code: "08P01", msg: fmt.Sprintf("fencegate: expected a password message, got %q", ct)}
+			}
+			if _, err := c.sw.Write(craw); err != nil {
+				return err
+			}
+			if err := c.sw.Flush(); err != nil {
+				return err
+			}
+		case 'E', 'N', 'v':
+			c.cw.Write(raw)
+			if t == 'E' {
+				_ = c.cw.Flush()
+				return io.EOF // the server refused the login and closes
+			}
+		default:
+			return &fatal{code: "08P01", msg: fmt.Sprintf("fencegate: unexpected message %q from the database during authentication", t)}
+		}
+	}
+}
+
+func beginMsgAt(dst []byte, typ byte) ([]byte, int) { return beginMsg(dst, typ) }
+
+func (c *session) afterLogin() error {
+	superuser := false
+	for {
+		t, body, raw, err := c.sr.next()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case 'S':
+			name, rest, _ := cstring(body)
+			val, _, _ := cstring(rest)
+			if string(name) == "is_superuser" && string(val) == "on" {
+				superuser = true
+			}
+			c.cw.Write(raw)
+		case 'K':
+			if len(body) < 8 {
+				return errors.New("pgwire: short BackendKeyData")
+			}
+			pid, secret, err := c.s.cancels.add(binary.BigEndian.Uint32(body), body[4:])
+			if err != nil {
+				return err
+			}
+			c.cancelPID = pid
+			kd, _ := (&pgproto3.BackendKeyData{ProcessID: pid, SecretKey: secret}).Encode(nil)
+			c.cw.Write(kd)
+		case 'N':
+			c.cw.Write(raw)
+		case 'E':
+			c.cw.Write(raw)
+			_ = c.cw.Flush()
+			return io.EOF
+		case 'Z':
+			status := body[0]
+			if superuser && !c.s.cfg.Insecure {
+				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q is a superuser, whose statements could change the fences: log in as a role that is a member of fencegate_runtime only (or start fencegate with --insecure)", c.user)
+			}
+			if err := c.prepare(); err != nil {
+				return err
+			}
+			c.status = status
+			c.cw.Write(appendReadyForQuery(c.out[:0], status))
+			return c.cw.Flush()
+		default:
+			return &fatal{code: "08P01", msg: fmt.Sprintf("fencegate: unexpected message %q from the database after login", t)}
+		}
+	}
+}
+
+// prepare prepares the fence check on the server connection and checks
+// the login's roles, in one round trip whose replies the client never
+// sees.
+func (c *session) prepare() error {
+	c.advGen = 1
+	c.advName = advName(c.advGen)
+	b := appendParse(c.out[:0], c.advName, advanceSQL)
+	b = appendParse(b, "", roleCheckSQL)
+	b, sp := beginMsg(b, 'B')
+	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // unnamed portal and statement, no formats, no params, no result formats
+	b = finishMsg(b, sp)
+	b = appendExecuteUnnamed(b)
+	b = appendSync(b)
+	c.out = b
+	if _, err := c.sw.Write(b); err != nil {
+		return err
+	}
+	if err := c.sw.Flush(); err != nil {
+		return err
+	}
+	owner := false
+	var failure string
+	for {
+		t, body, _, err := c.sr.next()
+		if err != nil {
+			return err
+		}
+		switch t {
+		case 'D':
+			// One column: int16 count, int32 length, value.
+			if len(body) >= 7 && int32(binary.BigEndian.Uint32(body[2:6])) == 1 && body[6] == 't' {
+				owner = true
+			}
+		case 'E':
+			if failure == "" {
+				failure, _ = errorField(body, 'M')
+			}
+		case 'Z':
+			if failure != "" {
+				return &fatal{code: "FG005", msg: "fencegate: BACKEND_UNAVAILABLE: cannot prepare the fence check (" + failure +
+					"): run fencegate migrate, and make the login a member of fencegate_runtime (fencegate migrate --runtime-role)"}
+			}
+			if owner && !c.s.cfg.Insecure {
+				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q is a superuser or may become fencegate_owner, whose statements could change the fences: log in as a role that is a member of fencegate_runtime only (or start fencegate with --insecure)", c.user)
+			}
+			return nil
+		}
+	}
+}
+
+func advName(gen int) string { return "fencegate_advance_" + itoa(int64(gen)) }
+
+// newSession sets up the buffers of a client and server connection pair.
+func newSession(s *Server, client, server net.Conn) *session {
+	c := &session{
+		s: s, client: client, server: server,
+		cr: newMsgReader(client), sr: newMsgReader(server),
+		cw: bufio.NewWriterSize(client, bufSize), sw: bufio.NewWriterSize(server, bufSize),
+		out: make([]byte, 0, 256), segStart: true,
+		stmts: map[string]*verdict{}, portals: map[string]*verdict{},
+	}
+	c.qcond.L = &c.qmu
+	return c
+}

@@ -137,12 +137,14 @@ func TestBatchCallerGivesUp(t *testing.T) {
 	busy := occupy(t, b, 1, 200*time.Millisecond)
 	// Queued behind the busy slot, then sent together; the impatient write
 	// sleeps past its deadline.
-	ctx, cancel := context.WithTimeout(t.Context(), 350*time.Millisecond)
+	// Margins wide enough for a loaded machine: the busy slot frees long
+	// before the deadline, the sleep ends long after it.
+	ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 	defer cancel()
 	var impatient, patient error
 	var wg sync.WaitGroup
 	wg.Go(func() {
-		_, impatient = b.Exec(ctx, unique("fence"), 1, []Statement{{SQL: "SELECT pg_sleep(0.4)"}, insert(1)})
+		_, impatient = b.Exec(ctx, unique("fence"), 1, []Statement{{SQL: "SELECT pg_sleep(1.5)"}, insert(1)})
 	})
 	time.Sleep(20 * time.Millisecond)
 	wg.Go(func() {

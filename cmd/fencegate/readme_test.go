@@ -14,13 +14,17 @@ import (
 	"time"
 )
 
-// walkthroughHeading is the README section whose ```sh blocks
-// TestREADMEWalkthrough runs.
-const walkthroughHeading = "## Two minutes: a zombie leader refused"
+// walkthroughHeadings are the README sections whose ```sh blocks
+// TestREADMEWalkthrough runs, in this order; the later ones use what the
+// first defines (leader_term).
+var walkthroughHeadings = []string{
+	"## Two minutes: a zombie leader refused",
+	"## Drop-in PostgreSQL: psql writes through fencegate",
+}
 
 // readmeBlock is one fenced code block of the walkthrough.
 type readmeBlock struct {
-	section string // the ### heading it is under; "" before the first
+	section string // the ### heading it is under, or its ## heading before the first
 	n       int    // its place among the section's sh blocks, from 1
 	lang    string
 	code    string
@@ -33,7 +37,7 @@ func (b readmeBlock) name() string { return fmt.Sprintf("%q block %d", b.section
 // expression in which {NAME} stands for a number: the first {NAME} of a
 // run matches any number and binds it, later ones match only that number.
 var walkthroughWants = map[string][]string{
-	`"" block 1`: {`^$`},
+	`"Two minutes: a zombie leader refused" block 1`: {`^$`},
 	`"PostgreSQL" block 1`: {
 		`CREATE TABLE\n`,
 		`worker-1 leads with token {T1}\n`,
@@ -67,15 +71,33 @@ var walkthroughWants = map[string][]string{
 		`Code: Aborted\n  Message: fencegate: TERM_ENDED: term {T5} of election "jobs" is over`,
 		`grpcurl: exit status 74\n`,
 	},
+	`"Drop-in PostgreSQL: psql writes through fencegate" block 1`: {
+		`CREATE TABLE\nGRANT\n`,
+		`worker-6 leads with token {T6}\n`,
+		`INSERT 0 1\n`,
+	},
+	`"Drop-in PostgreSQL: psql writes through fencegate" block 2`: {
+		`worker-7 leads with token {T7}\n`,
+		`ERROR:  FG001: fencegate: STALE_TOKEN: token {T6} is below the current term {T7}\n`,
+		`psql: exit status 1\n`,
+	},
+	`"Drop-in PostgreSQL: psql writes through fencegate" block 3`: {
+		`ERROR:  fencegate: STALE_TOKEN: token {T6} is below the current term {T7}\n`,
+		`SET\nBEGIN\nINSERT 0 1\nINSERT 0 1\nCOMMIT\nCOPY 2\n`,
+		`(?m)^ id \| amount *\n-+\+-+\n +1 \| +100\n +2 \| +200\n +3 \| +300\n +4 \| +400\n +5 \| +500\n\(5 rows\)\n`,
+	},
 }
 
 // TestREADMEWalkthrough runs README.md's walkthrough as a reader would, so
 // it cannot rot: it builds fencegate, starts `fencegate dev` on free ports,
 // takes the export lines from the banner dev prints, and pastes the
 // walkthrough's ```sh blocks, as written in README.md, into one bash -e, in
-// order, checking what each prints. The parts are said to run in any
-// order, so a second run leaves the PostgreSQL part out. It also checks
-// that the banner README.md shows is the one dev prints, numbers aside.
+// order, checking what each prints. Only the psql commands that reach
+// fencegate's PostgreSQL listener are changed: from the banner's address
+// README.md shows (make run's) to the one dev printed. The parts are said
+// to run in any order, so a second run leaves the PostgreSQL part out. It
+// also checks that the banner README.md shows is the one dev prints,
+// numbers aside.
 func TestREADMEWalkthrough(t *testing.T) {
 	blocks := readmeWalkthrough(t)
 	var sh []readmeBlock
@@ -94,11 +116,15 @@ func TestREADMEWalkthrough(t *testing.T) {
 	if len(sh) != len(walkthroughWants) {
 		t.Fatalf("README.md: got %d sh blocks in the walkthrough, want %d", len(sh), len(walkthroughWants))
 	}
+	readmePsql, err := bannerPsql(banner)
+	if err != nil {
+		t.Fatalf("README.md's banner: %v", err)
+	}
 	path := walkthroughPath(t)
 	bin := buildFencegate(t)
 
 	t.Run("in order", func(t *testing.T) {
-		out := runWalkthrough(t, bin, path, sh)
+		out := runWalkthrough(t, bin, path, readmePsql, sh)
 		if got, want := normalizeNumbers(out.banner), normalizeNumbers(banner); !strings.Contains(got, strings.TrimSpace(want)) {
 			t.Errorf("README.md shows the banner\n%s\nbut fencegate dev printed\n%s", banner, out.banner)
 		}
@@ -135,7 +161,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 				some = append(some, b)
 			}
 		}
-		runWalkthrough(t, bin, path, some)
+		runWalkthrough(t, bin, path, readmePsql, some)
 	})
 }
 
@@ -155,12 +181,36 @@ func logLine(log string, subs ...string) string {
 	return ""
 }
 
-// runWalkthrough starts fencegate dev and runs blocks in one bash.
-func runWalkthrough(t *testing.T, bin, path string, blocks []readmeBlock) walkthroughRun {
+// psqlArgs matches the banner's psql line: where fencegate's PostgreSQL
+// listener is.
+var psqlArgs = regexp.MustCompile(`(?m)^  psql .* psql (-h \S+ -p ([0-9]+)) `)
+
+// psqlTarget is where a banner's psql line connects.
+type psqlTarget struct {
+	args string // "-h HOST -p PORT"
+	port string
+}
+
+// bannerPsql returns where the banner's psql line connects.
+func bannerPsql(banner string) (psqlTarget, error) {
+	m := psqlArgs.FindStringSubmatch(banner)
+	if m == nil {
+		return psqlTarget{}, fmt.Errorf("no psql line with -h and -p in:\n%s", banner)
+	}
+	return psqlTarget{args: m[1], port: m[2]}, nil
+}
+
+// runWalkthrough starts fencegate dev and runs blocks in one bash, their
+// psql arguments readmePsql pointed at dev's listener.
+func runWalkthrough(t *testing.T, bin, path string, readmePsql psqlTarget, blocks []readmeBlock) walkthroughRun {
 	t.Helper()
 	dir := t.TempDir()
 	banner, stopDev := startDev(t, bin, dir)
 	defer stopDev()
+	devPsql, err := bannerPsql(banner)
+	if err != nil {
+		t.Fatalf("fencegate dev's banner: %v", err)
+	}
 
 	var exports []string
 	for _, line := range strings.Split(banner, "\n") {
@@ -177,7 +227,12 @@ func runWalkthrough(t *testing.T, bin, path string, blocks []readmeBlock) walkth
 		script.WriteString(e + "\n")
 	}
 	for i, b := range blocks {
-		fmt.Fprintf(&script, "echo '@@block %d@@'\n%s\n", i, b.code)
+		// Whatever listens on make run's port here is not this dev.
+		if strings.Count(b.code, readmePsql.port) != strings.Count(b.code, readmePsql.args) {
+			t.Fatalf("README.md: %s names port %s other than in psql %s; the test cannot point that at its own fencegate dev:\n%s", b.name(), readmePsql.port, readmePsql.args, b.code)
+		}
+		code := strings.ReplaceAll(b.code, readmePsql.args, devPsql.args)
+		fmt.Fprintf(&script, "echo '@@block %d@@'\n%s\n", i, code)
 	}
 	script.WriteString("echo '@@end@@'\n")
 	scriptPath := filepath.Join(dir, "walkthrough.sh")
@@ -313,8 +368,9 @@ func readmeWalkthrough(t *testing.T) []readmeBlock {
 			code.Reset()
 		case lang != "":
 			code.WriteString(line + "\n")
-		case line == walkthroughHeading:
+		case contains(walkthroughHeadings, line):
 			in = true
+			section = strings.TrimPrefix(line, "## ")
 		case in && strings.HasPrefix(line, "## "):
 			in = false
 		case in && strings.HasPrefix(line, "### "):
@@ -330,7 +386,7 @@ func readmeWalkthrough(t *testing.T) []readmeBlock {
 		t.Fatal(err)
 	}
 	if len(blocks) == 0 {
-		t.Fatalf("README.md: no code blocks under %q", walkthroughHeading)
+		t.Fatalf("README.md: no code blocks under %q", walkthroughHeadings)
 	}
 	return blocks
 }
@@ -373,7 +429,9 @@ func walkthroughEnv(path string) []string {
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
-		case k == "PATH", strings.HasPrefix(k, "ETCDCTL_"), k == "FG_HTTP", k == "FG_GRPC", k == "DSN", k == "REDIS_PORT":
+		// PG*: libpq's variables (PGOPTIONS, PGPORT, ...) would change
+		// where and how psql connects.
+		case k == "PATH", strings.HasPrefix(k, "ETCDCTL_"), strings.HasPrefix(k, "PG"), k == "FG_HTTP", k == "FG_GRPC", k == "DSN", k == "REDIS_PORT":
 			continue
 		}
 		env = append(env, kv)

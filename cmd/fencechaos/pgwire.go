@@ -245,29 +245,17 @@ func (s *pgwireSender) send(ctx context.Context, token int64, req request) (Outc
 func (s *pgwireSender) transaction(ctx context.Context, conn *pgx.Conn, req request) (Outcome, string) {
 	tx, err := conn.Begin(ctx)
 	if err != nil {
-		return Refused, pgwireReason(err)
+		return pgwireOutcome(err, false)
 	}
 	for _, st := range req.stmts {
 		if _, err := tx.Exec(ctx, st.sql, st.params...); err != nil {
 			// No COMMIT was sent, and none will be: the server rolls
 			// back, on a broken connection too.
 			_ = tx.Rollback(ctx)
-			return Refused, pgwireReason(err)
+			return pgwireOutcome(err, false)
 		}
 	}
-	err = tx.Commit(ctx)
-	var pe *pgconn.PgError
-	switch {
-	case err == nil:
-		// pgx checked the server answered COMMIT, not ROLLBACK.
-		return Acked, ""
-	case errors.Is(err, pgx.ErrTxCommitRollback):
-		return Refused, "ROLLED_BACK"
-	case errors.As(err, &pe) && !lostSession(pe):
-		return Refused, pgwireReason(err)
-	}
-	// COMMIT was sent, its answer is lost.
-	return Unknown, "COMMIT: " + err.Error()
+	return pgwireOutcome(tx.Commit(ctx), true)
 }
 
 // query sends req's statements, parameters inlined, as one Query message:
@@ -277,17 +265,30 @@ func (s *pgwireSender) query(ctx context.Context, conn *pgx.Conn, req request) (
 	for i, st := range req.stmts {
 		sqls[i] = inlineParams(st)
 	}
-	err := conn.PgConn().Exec(ctx, strings.Join(sqls, ";\n")).Close()
+	return pgwireOutcome(conn.PgConn().Exec(ctx, strings.Join(sqls, ";\n")).Close(), true)
+}
+
+// pgwireOutcome classifies the error of a step of a write; committing says
+// the step could commit it (COMMIT, or a Query string). Before that, any
+// error means nothing was stored. After it, a server error that ended the
+// statement means nothing was stored, and anything else (a lost
+// connection, a timeout, a FATAL) leaves the outcome unknown.
+func pgwireOutcome(err error, committing bool) (Outcome, string) {
 	var pe *pgconn.PgError
 	switch {
 	case err == nil:
+		// pgx checked the server answered COMMIT, not ROLLBACK.
 		return Acked, ""
+	case !committing:
+		return Refused, pgwireReason(err)
+	case errors.Is(err, pgx.ErrTxCommitRollback):
+		return Refused, "ROLLED_BACK"
 	case pgconn.SafeToRetry(err):
 		return Refused, pgwireReason(err)
 	case errors.As(err, &pe) && !lostSession(pe):
 		return Refused, pgwireReason(err)
 	}
-	return Unknown, "query: " + err.Error()
+	return Unknown, pgwireReason(err) + " (outcome unknown)"
 }
 
 // inlineParams writes st's parameters into its SQL as literals, for the

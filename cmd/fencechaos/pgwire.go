@@ -270,9 +270,13 @@ func (s *pgwireSender) query(ctx context.Context, conn *pgx.Conn, req request) (
 
 // pgwireOutcome classifies the error of a step of a write; committing says
 // the step could commit it (COMMIT, or a Query string). Before that, any
-// error means nothing was stored. After it, a server error that ended the
-// statement means nothing was stored, and anything else (a lost
-// connection, a timeout, a FATAL) leaves the outcome unknown.
+// error means nothing was stored. After it, only a server error that
+// ended the statement says nothing was stored; anything else (a lost
+// connection, a timeout, a FATAL) leaves the outcome unknown. pgconn's
+// SafeToRetry is no proof that nothing was sent: a read that fails after
+// the COMMIT went out closes the connection, and the reader's next call
+// then reports "conn closed" as safe to retry (seen in this campaign: a
+// refused write stored, when a replica was killed).
 func pgwireOutcome(err error, committing bool) (Outcome, string) {
 	var pe *pgconn.PgError
 	switch {
@@ -280,11 +284,13 @@ func pgwireOutcome(err error, committing bool) (Outcome, string) {
 		// pgx checked the server answered COMMIT, not ROLLBACK.
 		return Acked, ""
 	case !committing:
-		return Refused, pgwireReason(err)
+		r := pgwireReason(err)
+		if r == reasonLost || r == reasonTimeout {
+			r += " before COMMIT"
+		}
+		return Refused, r
 	case errors.Is(err, pgx.ErrTxCommitRollback):
 		return Refused, "ROLLED_BACK"
-	case pgconn.SafeToRetry(err):
-		return Refused, pgwireReason(err)
 	case errors.As(err, &pe) && !lostSession(pe):
 		return Refused, pgwireReason(err)
 	}
@@ -325,6 +331,12 @@ func lostSession(pe *pgconn.PgError) bool {
 	return false
 }
 
+// Reasons of a write's failure that are not the server's answer.
+const (
+	reasonLost    = "CONNECTION_LOST"
+	reasonTimeout = "TIMEOUT"
+)
+
 // pgwireReason names the refusal err: fencegate's reason for its own
 // errors ("fencegate: <REASON>: ..."), STATEMENT_FAILED for the
 // database's refusal of a statement (which an ordinary write never
@@ -347,11 +359,8 @@ func pgwireReason(err error) string {
 		return reasonTLSRefused
 	}
 	var ne net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded), errors.As(err, &ne) && ne.Timeout():
-		return "TIMEOUT"
-	case pgconn.SafeToRetry(err):
-		return "NOT_SENT"
+	if errors.Is(err, context.DeadlineExceeded) || errors.As(err, &ne) && ne.Timeout() {
+		return reasonTimeout
 	}
-	return "CONNECTION_LOST"
+	return reasonLost
 }

@@ -33,11 +33,15 @@ func TestPgwireOutcome(t *testing.T) {
 		{"bad token at start", &pgconn.PgError{Severity: "FATAL", Code: "FG004", Message: "fencegate: INVALID_TOKEN: x"}, false, Refused, "INVALID_TOKEN"},
 		{"database refused the statement", &pgconn.PgError{Severity: "ERROR", Code: "42501", Message: "permission denied for table ledger"}, true, Refused, "STATEMENT_FAILED"},
 		{"read-only session", &pgconn.PgError{Severity: "ERROR", Code: "25006", Message: "cannot execute INSERT in a read-only transaction"}, false, Refused, "STATEMENT_FAILED"},
-		{"connection lost before COMMIT", io.ErrUnexpectedEOF, false, Refused, "CONNECTION_LOST"},
-		{"timeout before COMMIT", context.DeadlineExceeded, false, Refused, "TIMEOUT"},
+		{"connection lost before COMMIT", io.ErrUnexpectedEOF, false, Refused, "CONNECTION_LOST before COMMIT"},
+		{"timeout before COMMIT", context.DeadlineExceeded, false, Refused, "TIMEOUT before COMMIT"},
 		{"connection lost on COMMIT", io.ErrUnexpectedEOF, true, Unknown, "CONNECTION_LOST (outcome unknown)"},
 		{"timeout on COMMIT", context.DeadlineExceeded, true, Unknown, "TIMEOUT (outcome unknown)"},
 		{"shutdown on COMMIT", &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}, true, Unknown, "SQLSTATE 57P01 (outcome unknown)"},
+		// pgconn calls a read on a connection it closed after the
+		// COMMIT went out safe to retry.
+		{"safe to retry on COMMIT", safeToRetryError{}, true, Unknown, "CONNECTION_LOST (outcome unknown)"},
+		{"safe to retry before COMMIT", safeToRetryError{}, false, Refused, "CONNECTION_LOST before COMMIT"},
 		{"COMMIT answered ROLLBACK", pgx.ErrTxCommitRollback, true, Refused, "ROLLED_BACK"},
 		{"TLS handshake refused", errors.New("failed to connect: remote error: tls: certificate required"), false, Refused, reasonTLSRefused},
 	}
@@ -50,6 +54,13 @@ func TestPgwireOutcome(t *testing.T) {
 		})
 	}
 }
+
+// safeToRetryError is what pgconn returns when the connection was closed
+// under the reader: "conn closed", safe to retry.
+type safeToRetryError struct{}
+
+func (safeToRetryError) Error() string     { return "conn closed" }
+func (safeToRetryError) SafeToRetry() bool { return true }
 
 func TestInlineParams(t *testing.T) {
 	st := stmt{sql: "INSERT INTO t VALUES ($1, $2, $10)", params: []any{"it's", int64(-3), "", "", "", "", "", "", "", "ten"}}
@@ -150,7 +161,7 @@ func TestPgwireSenderDirect(t *testing.T) {
 	}{
 		{"record", time.Second, recordRequest(cfg, 3, 1), Acked, "", true},
 		{"timeout before COMMIT", 300 * time.Millisecond,
-			request{stmts: []stmt{recordStmt(cfg, 3, 2), {sql: "SELECT pg_sleep(5)"}}}, Refused, "TIMEOUT", false},
+			request{stmts: []stmt{recordStmt(cfg, 3, 2), {sql: "SELECT pg_sleep(5)"}}}, Refused, "TIMEOUT before COMMIT", false},
 		{"refused statement in a Query string", time.Second,
 			request{simple: true, stmts: []stmt{recordStmt(cfg, 3, 3), {sql: "CREATE RULE r AS ON INSERT TO ledger DO INSTEAD NOTHING"}}}, Refused, "STATEMENT_FAILED", false},
 		{"after the timeout, a new connection", time.Second, recordRequest(cfg, 3, 4), Acked, "", true},

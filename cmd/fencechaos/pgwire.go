@@ -227,8 +227,7 @@ func (s *pgwireSender) conn(ctx context.Context, token int64) (*pgwireConn, erro
 func (s *pgwireSender) send(ctx context.Context, token int64, req request) (Outcome, string) {
 	c, err := s.conn(ctx, token)
 	if err != nil {
-		// Nothing of the write was sent.
-		return Refused, pgwireReason(err)
+		return pgwireOutcome(err, false)
 	}
 	var out Outcome
 	var reason string

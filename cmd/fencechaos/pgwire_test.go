@@ -176,3 +176,30 @@ func TestPgwireSenderDirect(t *testing.T) {
 		}
 	}
 }
+
+// TestPgwireAttacksCarryTheirRecords: every pgwire attack goes as one
+// Query string carrying its rows' records, seqs seq to seq+rows-1, so a
+// refused attack that left anything shows as a refused write stored.
+func TestPgwireAttacksCarryTheirRecords(t *testing.T) {
+	cfg := workerConfig{ID: "w1.2", Fence: "chaos", Backend: "postgres", Protocol: protoPgwire}
+	for _, at := range pgwireAttacks("chaos-other") {
+		req := at.build(cfg, 7, 100)
+		if !req.simple {
+			t.Errorf("%s: got an explicit transaction, want one Query string", at.name)
+		}
+		var sqls []string
+		for _, st := range req.stmts {
+			sqls = append(sqls, inlineParams(st))
+		}
+		q := strings.Join(sqls, ";\n")
+		if got := strings.Count(q, "INSERT INTO ledger"); got != at.rows {
+			t.Errorf("%s: got %d records, want %d in %q", at.name, got, at.rows, q)
+		}
+		for i := range at.rows {
+			rec := inlineParams(recordStmt(cfg, 7, 100+int64(i)))
+			if !strings.Contains(q, rec) {
+				t.Errorf("%s: got %q, want record %q in it", at.name, q, rec)
+			}
+		}
+	}
+}

@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -454,21 +453,11 @@ func recordCmd(cfg workerConfig, token, seq int64) []string {
 	return []string{"RPUSH", ledgerKey(cfg.Fence), redisRecord(cfg.ID, token, seq)}
 }
 
-// pgOutcome classifies a direct INSERT's error.
-func pgOutcome(err error) (Outcome, string) {
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		return Acked, ""
-	case errors.As(err, &pgErr):
-		// The server answered with an error: the autocommit statement
-		// rolled back.
-		return Refused, "SQLSTATE " + pgErr.Code
-	case pgconn.SafeToRetry(err):
-		return Refused, "not sent: " + err.Error()
-	}
-	return Unknown, err.Error()
-}
+// pgOutcome classifies a direct INSERT's error. The statement commits on
+// its own, so it is classified as a pgwire COMMIT: a lost connection
+// leaves the outcome unknown, whatever pgconn's SafeToRetry says
+// (pgwireOutcome).
+func pgOutcome(err error) (Outcome, string) { return pgwireOutcome(err, true) }
 
 // redisOutcome classifies a direct RPUSH's error.
 func redisOutcome(err error) (Outcome, string) {

@@ -14,9 +14,11 @@ ARGS          ?=
 # The safety campaign (cmd/fencechaos, docs/SAFETY.md). `make test` ends with
 # a short fenced and control run per backend (`make test CHAOS=` skips them);
 # `make chaos` runs the long one. One seed per backend, printed; CHAOS_SEED=n
-# replays a schedule.
+# replays a schedule. Each of CHAOS_BACKENDS is a backend, with :PROTOCOL
+# for the workers' fencechaos --protocol (postgres:pgwire: pgx through
+# fencegate's PostgreSQL listener; default grpc+http).
 CHAOS               ?= short
-CHAOS_BACKENDS      ?= postgres redis
+CHAOS_BACKENDS      ?= postgres redis postgres:pgwire
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
 CHAOS_SHORT_FENCED  ?= 60s
@@ -105,7 +107,7 @@ define chaos-run
 endef
 
 .PHONY: chaos
-chaos: deps build ## The long safety campaign: per backend, fenced 30m then control 5m (docs/SAFETY.md; CHAOS_BACKENDS=redis to narrow).
+chaos: deps build ## The long safety campaign: per backend (and postgres:pgwire), fenced 30m then control 5m (docs/SAFETY.md; CHAOS_BACKENDS=redis to narrow).
 	$(call chaos-run,$(CHAOS_LONG_FENCED),$(CHAOS_LONG_CONTROL))
 
 .PHONY: run

@@ -30,6 +30,7 @@ import (
 
 type campaignConfig struct {
 	Backend      string
+	Protocol     string
 	Mode         string
 	Seed         uint64
 	Duration     time.Duration
@@ -58,6 +59,7 @@ func runCampaign(ctx context.Context, args []string) int {
 	var cfg campaignConfig
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.StringVar(&cfg.Backend, "backend", "postgres", "postgres or redis")
+	fs.StringVar(&cfg.Protocol, "protocol", protoGRPCHTTP, "how the workers write: grpc, http, grpc+http (each write over one of them, --http the chance of HTTP; alias mixed), or pgwire (pgx through fencegate's PostgreSQL listener; postgres only)")
 	fs.StringVar(&cfg.Mode, "mode", "fenced", "fenced (workers write through fencegate) or control (straight to the backend)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule and the workers; 0 picks one (printed)")
 	fs.DurationVar(&cfg.Duration, "duration", time.Minute, "how long faults are injected")
@@ -88,6 +90,10 @@ func runCampaign(ctx context.Context, args []string) int {
 	}
 	if cfg.Backend != "postgres" && cfg.Backend != "redis" {
 		fmt.Fprintf(os.Stderr, "fencechaos: --backend %q: want postgres or redis\n", cfg.Backend)
+		return 2
+	}
+	if err := checkProtocol(&cfg); err != nil {
+		fmt.Fprintf(os.Stderr, "fencechaos: %v\n", err)
 		return 2
 	}
 	if cfg.Mode != "fenced" && cfg.Mode != "control" {
@@ -135,7 +141,7 @@ func runCampaign(ctx context.Context, args []string) int {
 	}
 
 	c := &campaign{cfg: cfg, self: self, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfe4ce)), held: map[*child]bool{}}
-	c.logf("seed=%d backend=%s mode=%s duration=%s hostile=%v secure=%v fencegate=%s", cfg.Seed, cfg.Backend, cfg.Mode, cfg.Duration, c.hostile(), cfg.Secure, cfg.FencegateBin)
+	c.logf("seed=%d backend=%s protocol=%s mode=%s duration=%s hostile=%v secure=%v fencegate=%s", cfg.Seed, cfg.Backend, cfg.Protocol, cfg.Mode, cfg.Duration, c.hostile(), cfg.Secure, cfg.FencegateBin)
 	res, err := c.run(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fencechaos: %v\n", err)
@@ -166,8 +172,8 @@ type result struct {
 }
 
 func (r result) line(cfg campaignConfig) string {
-	return fmt.Sprintf("fencechaos backend=%s mode=%s seed=%d duration=%d ops=%d acked=%d refused=%d unknown=%d faults=%d leader_changes=%d zombie_writes_attempted=%d violations=%d hostile_attempts=%d hostile_accepted=%d",
-		cfg.Backend, cfg.Mode, cfg.Seed, int(r.elapsed.Round(time.Second)/time.Second),
+	return fmt.Sprintf("fencechaos backend=%s protocol=%s mode=%s seed=%d duration=%d ops=%d acked=%d refused=%d unknown=%d faults=%d leader_changes=%d zombie_writes_attempted=%d violations=%d hostile_attempts=%d hostile_accepted=%d",
+		cfg.Backend, cfg.Protocol, cfg.Mode, cfg.Seed, int(r.elapsed.Round(time.Second)/time.Second),
 		r.counts.Ops, r.counts.Acked, r.counts.Refused, r.counts.Unknown,
 		r.faults, r.leaderChanges, r.counts.Zombie, r.violations,
 		r.counts.Hostile, r.counts.HostileAccepted)
@@ -190,8 +196,11 @@ type campaign struct {
 	pg  *pgthrow.Server
 	// pgRuntimeDSN is the DSN the gateways serve PostgreSQL as.
 	pgRuntimeDSN string
-	rd           *rdthrow.Server
-	rdc          *goredis.Client
+	// pgLoginDSN is the pgwire workers' own login, straight to the
+	// database (--protocol=pgwire).
+	pgLoginDSN string
+	rd         *rdthrow.Server
+	rdc        *goredis.Client
 
 	// creds are the certificates and policy of --secure; nil without.
 	creds *pki
@@ -205,6 +214,9 @@ type campaign struct {
 type gateway struct {
 	*child
 	grpcAddr, httpAddr string
+	// pgAddr is the PostgreSQL listener's (--pg-listen-addr), with
+	// --protocol=pgwire; empty otherwise.
+	pgAddr string
 	// backend is this replica's own path to PostgreSQL or Redis, so one
 	// replica's link can be stalled while the other's works.
 	backend *cutProxy
@@ -543,6 +555,11 @@ func (c *campaign) startBackend(ctx context.Context) error {
 		if c.pgRuntimeDSN, err = pg.RuntimeRole(ctx, login); err != nil {
 			return err
 		}
+		if c.cfg.Protocol == protoPgwire {
+			if c.pgLoginDSN, err = createPgwireLogin(ctx, conn, pg); err != nil {
+				return err
+			}
+		}
 		if c.creds != nil {
 			return grantWriter(ctx, conn, login)
 		}
@@ -594,12 +611,15 @@ func (c *campaign) backendArgs(addr string) []string {
 }
 
 func (c *campaign) startGateways(ctx context.Context) error {
-	ports, err := freePorts(4)
+	ports, err := freePorts(6)
 	if err != nil {
 		return err
 	}
 	for i := range 2 {
-		g := &gateway{grpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i]), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[2*i+1])}
+		g := &gateway{grpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i+1])}
+		if c.cfg.Protocol == protoPgwire {
+			g.pgAddr = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
+		}
 		if g.backend, err = newCutProxy(c.backendAddr()); err != nil {
 			return err
 		}
@@ -609,6 +629,9 @@ func (c *campaign) startGateways(ctx context.Context) error {
 			"--etcd-endpoints=" + strings.Join(c.etcdURLs, ","),
 			"--grpc-addr=" + g.grpcAddr, "--http-addr=" + g.httpAddr,
 		}, c.backendArgs(g.backend.Addr())...)
+		if g.pgAddr != "" {
+			args = append(args, "--pg-listen-addr="+g.pgAddr)
+		}
 		if i == 0 {
 			// One connection slot: concurrent writes through g0 share
 			// round trips (fencegate's batches) nearly always; g1 keeps
@@ -656,10 +679,13 @@ func (c *campaign) waitReady(ctx context.Context, g *gateway, limit time.Duratio
 }
 
 func (c *campaign) startWorkers() error {
-	var gws, httpGws []string
+	var gws, httpGws, pgGws []string
 	for _, g := range c.gateways {
 		gws = append(gws, g.grpcAddr)
 		httpGws = append(httpGws, g.httpAddr)
+		if g.pgAddr != "" {
+			pgGws = append(pgGws, g.pgAddr)
+		}
 	}
 	for i := range c.cfg.Workers {
 		w := &workerSlot{idx: i}
@@ -686,6 +712,7 @@ func (c *campaign) startWorkers() error {
 					"--gateways", strings.Join(gws, ","),
 					"--http-gateways", strings.Join(httpGws, ","),
 					"--http", strconv.FormatFloat(c.cfg.HTTPP, 'f', -1, 64),
+					"--protocol", c.cfg.Protocol,
 					"--history", filepath.Join(c.dir, "hist", w.name()+".jsonl"),
 					"--ttl", c.cfg.TTL.String(),
 					"--seed", strconv.FormatUint(c.cfg.Seed*1000+uint64(i)*100+uint64(w.inc), 10),
@@ -704,6 +731,9 @@ func (c *campaign) startWorkers() error {
 					if c.hostile() {
 						args = append(args, c.creds.intruder.args("intruder-")...)
 					}
+				}
+				if c.pgLoginDSN != "" {
+					args = append(args, "--pg-gateways", strings.Join(pgGws, ","), "--pg-login-dsn", c.pgLoginDSN)
 				}
 				if c.pg != nil {
 					args = append(args, "--postgres-dsn", c.pg.DSN())

@@ -129,6 +129,78 @@ func pgAttacks(other string) []attack {
 	}
 }
 
+// pgwireAttack is pgAttack sent by a pgwire worker as one Query string,
+// its record inlined: statements that would run outside the fenced
+// transaction, or name fencegate's schema, settings or statements, must
+// make the listener refuse the whole string (FG006), and the rest must be
+// refused by the database, whose privileges are the client's own login's.
+func pgwireAttack(name string, sqls ...string) attack {
+	a := pgAttack(name, sqls...)
+	build := a.build
+	a.build = func(cfg workerConfig, token, seq int64) request {
+		r := build(cfg, token, seq)
+		r.simple = true
+		return r
+	}
+	return a
+}
+
+// pgwireAttacks are the attacks through fencegate's PostgreSQL listener;
+// other is the fence they aim at besides their own. There the session is
+// the client's own, as in a direct session: what it sets for itself
+// (read-only, statement_timeout, an advisory lock, BEGIN left open) is
+// allowed and hurts only itself, so pgAttacks' session attacks are left
+// out, but search-path stays, as abuse that may be accepted: every later
+// transaction of that session must still be fenced.
+func pgwireAttacks(other string) []attack {
+	upsert := func(table string) string {
+		return "INSERT INTO " + table + "(name,token) VALUES (" + sqlQuote(other) + ", " + maxToken +
+			") ON CONFLICT (name) DO UPDATE SET token = excluded.token"
+	}
+	searchPath := pgwireAttack("search-path", "SELECT set_config('search_path','evil, pg_catalog, public', false)")
+	searchPath.abuse = true
+	twoRows := func(name string, build func(rec func(seq int64) stmt) []stmt) attack {
+		return attack{name: name, weight: attackWeight, rows: 2, build: func(cfg workerConfig, token, seq int64) request {
+			return request{simple: true, stmts: build(func(i int64) stmt { return recordStmt(cfg, token, seq+i) })}
+		}}
+	}
+	return []attack{
+		searchPath,
+		pgwireAttack("upsert-other-mark", upsert("fencegate.fences")),
+		pgwireAttack("upsert-other-mark-comment", upsert("fencegate/**/.fences")),
+		pgwireAttack("upsert-other-mark-unicode", upsert(`U&"fenc\0065gate".fences`)),
+		pgwireAttack("advance-other", "SELECT fencegate.advance("+sqlQuote(other)+", "+maxToken+")"),
+		pgwireAttack("dynamic-update-marks", "DO $$ BEGIN EXECUTE format('UPDATE %I.fences SET token = "+maxToken+"', 'fence'||'gate'); END $$"),
+		// The token is the connection's: changing it inside a
+		// transaction, or by set_config, or resetting it, is refused.
+		pgwireAttack("set-token-in-transaction", "SET fencegate.token = "+maxToken),
+		pgwireAttack("set-config-token", "SELECT set_config('fencegate.token', '"+maxToken+"', false)"),
+		pgwireAttack("reset-all", "RESET ALL"),
+		pgwireAttack("prepare-fencegate-name", "PREPARE fencegate_advance_1 AS SELECT 1"),
+		// Commit the first record, then run the second in a transaction
+		// the listener did not fence.
+		twoRows("split-commit", func(rec func(int64) stmt) []stmt {
+			return []stmt{rec(0), {sql: "-- x\rCOMMIT\nWORK"}, rec(1)}
+		}),
+		twoRows("commit-and-chain", func(rec func(int64) stmt) []stmt {
+			return []stmt{rec(0), {sql: "COMMIT AND CHAIN"}, rec(1)}
+		}),
+		// Alone in its string, a DO may COMMIT: its second record would
+		// be written after the fenced transaction ended.
+		{name: "do-commit", weight: attackWeight, rows: 2, build: func(cfg workerConfig, token, seq int64) request {
+			return request{simple: true, stmts: []stmt{{sql: "DO $$ BEGIN " + inlineParams(recordStmt(cfg, token, seq)) + "; COMMIT; " +
+				inlineParams(recordStmt(cfg, token, seq+1)) + "; END $$"}}}
+		}},
+		pgwireAttack("temp-shadow", "CREATE TEMP TABLE ledger (id bigserial PRIMARY KEY, fence text, worker text, token bigint, seq bigint)"),
+		pgwireAttack("rule-instead-nothing", "CREATE RULE fencechaos_drop AS ON INSERT TO ledger DO INSTEAD NOTHING"),
+		pgwireAttack("dblink", "CREATE EXTENSION dblink"),
+		pgwireAttack("read-file", "SELECT pg_read_file('/etc/passwd')"),
+		pgwireAttack("copy-program", "COPY (SELECT 1) TO PROGRAM 'id'"),
+		abuse(pgwireAttack("generate-series", "SELECT generate_series(1,1000000)")),
+		abuse(pgwireAttack("sleep", "SELECT pg_sleep(4.5)", "SELECT pg_sleep(4.5)", "SELECT pg_sleep(4.5)")),
+	}
+}
+
 // redisAttack is an attack of one record followed by commands cmds.
 func redisAttack(name string, cmds ...[]string) attack {
 	return attack{name: name, weight: attackWeight, rows: 1, build: func(cfg workerConfig, token, seq int64) request {
@@ -178,9 +250,12 @@ func newAttacker(cfg workerConfig) *attacker {
 		return nil
 	}
 	a := &attacker{p: cfg.HostileP, rng: rand.New(rand.NewPCG(cfg.Seed, 0xa77ac4))}
-	if cfg.Backend == "postgres" {
+	switch {
+	case cfg.Protocol == protoPgwire:
+		a.attacks = pgwireAttacks(cfg.OtherFence)
+	case cfg.Backend == "postgres":
 		a.attacks = pgAttacks(cfg.OtherFence)
-	} else {
+	default:
 		a.attacks = redisAttacks(cfg.Fence, cfg.OtherFence)
 	}
 	if cfg.Intruder.CA != "" {

@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -63,14 +62,19 @@ func redisRecord(worker string, token, seq int64) string {
 }
 
 type workerConfig struct {
-	ID            string
-	Fence         string
-	Backend       string
-	Mode          string
-	Etcd          []string
-	Gateways      []string
-	HTTPGateways  []string
-	HTTPP         float64
+	ID           string
+	Fence        string
+	Backend      string
+	Mode         string
+	Etcd         []string
+	Gateways     []string
+	HTTPGateways []string
+	HTTPP        float64
+	Protocol     string
+	// PgGateways are the replicas' PostgreSQL listeners, PgLoginDSN the
+	// pgwire workers' own login (--protocol=pgwire).
+	PgGateways    []string
+	PgLoginDSN    string
 	PostgresDSN   string
 	RedisAddr     string
 	History       string
@@ -103,10 +107,13 @@ type stmt struct {
 }
 
 // request is one fenced write: statements for PostgreSQL, commands for
-// Redis.
+// Redis. simple asks pgwire workers to send the statements as one
+// simple-protocol Query string, as they are, rather than in BEGIN ...
+// COMMIT (pgwire.go); the other protocols ignore it.
 type request struct {
-	stmts []stmt
-	cmds  [][]string
+	stmts  []stmt
+	cmds   [][]string
+	simple bool
 }
 
 // sendFunc sends one fenced write and says what became of it.
@@ -125,6 +132,9 @@ func runWorker(ctx context.Context, args []string) error {
 	gateways := fs.String("gateways", "", "comma-separated fencegate gRPC addresses")
 	httpGateways := fs.String("http-gateways", "", "comma-separated fencegate HTTP addresses")
 	fs.Float64Var(&cfg.HTTPP, "http", 0.5, "probability that a fenced write goes over HTTP/JSON rather than gRPC")
+	fs.StringVar(&cfg.Protocol, "protocol", protoGRPCHTTP, "grpc, http or grpc+http (the gateways' APIs, --http the chance of HTTP), or pgwire (pgx, through --pg-gateways; straight to --pg-login-dsn's database in control mode)")
+	pgGateways := fs.String("pg-gateways", "", "comma-separated fencegate PostgreSQL listener addresses (--protocol=pgwire)")
+	fs.StringVar(&cfg.PgLoginDSN, "pg-login-dsn", "", "the pgwire workers' login, as a DSN straight to the database (--protocol=pgwire)")
 	fs.StringVar(&cfg.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN (control mode)")
 	fs.StringVar(&cfg.RedisAddr, "redis-addr", "", "Redis address (control mode)")
 	fs.StringVar(&cfg.History, "history", "", "history file (JSON lines)")
@@ -153,6 +163,7 @@ func runWorker(ctx context.Context, args []string) error {
 	cfg.Etcd = splitList(*etcd)
 	cfg.Gateways = splitList(*gateways)
 	cfg.HTTPGateways = splitList(*httpGateways)
+	cfg.PgGateways = splitList(*pgGateways)
 	if cfg.ID == "" || cfg.History == "" || len(cfg.Etcd) == 0 {
 		return errors.New("worker: --id, --history and --etcd are required")
 	}
@@ -175,7 +186,7 @@ func runWorker(ctx context.Context, args []string) error {
 	sendAs := map[string]sendFunc{}
 	if cfg.HostileP > 0 && cfg.Intruder.CA != "" {
 		for as, files := range map[string]tlsFiles{asIntruder: cfg.Intruder, asStranger: {CA: cfg.TLS.CA}} {
-			s, closeSend, err := newFencedSender(cfg, files)
+			s, closeSend, err := newSender(cfg, files)
 			if err != nil {
 				return err
 			}
@@ -385,8 +396,16 @@ func splitList(s string) []string {
 // how to send any write (send), which control mode has not.
 func newWriter(ctx context.Context, cfg workerConfig) (writeFunc, sendFunc, func(), error) {
 	switch {
+	case cfg.Mode == "control" && cfg.Protocol == protoPgwire:
+		s, err := newPgwireSender(cfg, tlsFiles{}, false)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		return func(ctx context.Context, token, seq int64) (Outcome, string) {
+			return s.send(ctx, token, recordRequest(cfg, token, seq))
+		}, nil, s.Close, nil
 	case cfg.Mode == "fenced":
-		send, closeSend, err := newFencedSender(cfg, cfg.TLS)
+		send, closeSend, err := newSender(cfg, cfg.TLS)
 		if err != nil {
 			return nil, nil, nil, err
 		}
@@ -434,21 +453,11 @@ func recordCmd(cfg workerConfig, token, seq int64) []string {
 	return []string{"RPUSH", ledgerKey(cfg.Fence), redisRecord(cfg.ID, token, seq)}
 }
 
-// pgOutcome classifies a direct INSERT's error.
-func pgOutcome(err error) (Outcome, string) {
-	var pgErr *pgconn.PgError
-	switch {
-	case err == nil:
-		return Acked, ""
-	case errors.As(err, &pgErr):
-		// The server answered with an error: the autocommit statement
-		// rolled back.
-		return Refused, "SQLSTATE " + pgErr.Code
-	case pgconn.SafeToRetry(err):
-		return Refused, "not sent: " + err.Error()
-	}
-	return Unknown, err.Error()
-}
+// pgOutcome classifies a direct INSERT's error. The statement commits on
+// its own, so it is classified as a pgwire COMMIT: a lost connection
+// leaves the outcome unknown, whatever pgconn's SafeToRetry says
+// (pgwireOutcome).
+func pgOutcome(err error) (Outcome, string) { return pgwireOutcome(err, true) }
 
 // redisOutcome classifies a direct RPUSH's error.
 func redisOutcome(err error) (Outcome, string) {
@@ -460,6 +469,19 @@ func redisOutcome(err error) (Outcome, string) {
 		return Refused, rerr.Error()
 	}
 	return Unknown, err.Error()
+}
+
+// newSender sends writes through fencegate by cfg.Protocol, over TLS with
+// files when files.CA is set.
+func newSender(cfg workerConfig, files tlsFiles) (sendFunc, func(), error) {
+	if cfg.Protocol == protoPgwire {
+		s, err := newPgwireSender(cfg, files, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s.send, s.Close, nil
+	}
+	return newFencedSender(cfg, files)
 }
 
 // newFencedSender sends writes through fencegate, each over gRPC or, with

@@ -43,9 +43,9 @@ type env struct {
 	// bouncer is pgbouncer in front of pg (pgbouncer.go); nil when the
 	// pg-bouncer paths are not measured.
 	bouncer *bouncer
-	cli    *clientv3.Client // the bench's etcd client (campaigns)
-	admin  *pgx.Conn        // the bench's own PostgreSQL session (setup, counters)
-	radmin *goredis.Client  // the bench's own Redis client (counters)
+	cli     *clientv3.Client // the bench's etcd client (campaigns)
+	admin   *pgx.Conn        // the bench's own PostgreSQL session (setup, counters)
+	radmin  *goredis.Client  // the bench's own Redis client (counters)
 
 	pgDSN string
 	// pgGatewayDSN is the role fencegate serves as.
@@ -55,7 +55,7 @@ type env struct {
 	// fencegate_runtime that is not a superuser, as fencegate's listener
 	// requires.
 	workerDSN string
-	redisAddr    string
+	redisAddr string
 }
 
 // startEnv starts every server. Close stops them.

@@ -29,6 +29,7 @@ type result struct {
 	RSSMiB     *float64 `json:"rss_mib,omitempty"`
 	PeakRSSMiB *float64 `json:"peak_rss_mib,omitempty"`
 	MaxUs      float64  `json:"max_us,omitempty"`
+	AvgUs      float64  `json:"avg_us,omitempty"` // pgbench's latency average
 	Trials     int      `json:"trials,omitempty"`
 	Errors     int64    `json:"errors,omitempty"`
 	Note       string   `json:"note,omitempty"`
@@ -144,6 +145,7 @@ func (r *report) printTable(w io.Writer) {
 	}
 	tw.Flush()
 	r.printSQLCheck(w)
+	r.printPgbench(w)
 	if r.hasStale() {
 		fmt.Fprintf(w, "\nbackends during the stale loads: %s\n", r.staleBackend)
 	}
@@ -183,7 +185,7 @@ func optf(f *float64, prec int) string {
 func (r *report) loadRows() []result {
 	var out []result
 	for _, x := range r.results {
-		if x.Trials == 0 && x.OpsPerSec > 0 {
+		if x.Trials == 0 && x.OpsPerSec > 0 && x.Scenario != "pgbench" {
 			out = append(out, x)
 		}
 	}
@@ -414,6 +416,7 @@ func (r *report) markdown(w io.Writer) {
 		}
 	}
 	r.markdownSQLCheck(w)
+	r.markdownPgbench(w)
 	if r.hasStale() {
 		fmt.Fprintf(w, "\nBackends during the stale loads: %s.\n", r.staleBackend)
 	}

@@ -69,6 +69,7 @@ func run(ctx context.Context, cfg config) error {
 		{"load", b.runLoads},
 		{"sqlcheck", b.runSQLCheck}, // after load, to take its 1-client write p50
 		{"stale", b.runStale},
+		{"pgbench", b.runPgbench},
 		{"propagation", func(ctx context.Context) error { return b.runPropagation(ctx, "term-propagation", cfg.propTrials) }},
 		{"failover", b.runFailover},
 		{"elections", b.runManyElections},

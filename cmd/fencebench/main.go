@@ -51,6 +51,7 @@ type config struct {
 	etcdNoFsync  bool
 	gateArgs     string
 	pgConns      int
+	gateProcs    int
 	command      string
 }
 
@@ -97,6 +98,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&cfg.profileDir, "profile-dir", "", "save fencegate CPU profiles (pprof) of the 64-client fencegate loads, and a heap profile, in this `dir`")
 	fs.BoolVar(&cfg.etcdNoFsync, "etcd-nofsync", false, "run the embedded etcd without fsync")
 	fs.StringVar(&cfg.gateArgs, "fencegate-args", "", "extra space-separated flags for fencegate serve")
+	fs.IntVar(&cfg.gateProcs, "fencegate-gomaxprocs", 0, "GOMAXPROCS of the fencegate processes (0: Go's default, the machine's CPUs)")
 	fs.IntVar(&cfg.pgConns, "pg-conns", 2*runtime.NumCPU(), "fencegate's PostgreSQL pool (--postgres-max-conns); 0 keeps fencegate's default; 2 × CPUs is PostgreSQL's rule of thumb for a server with this many cores")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: fencebench [flags]\n\nCompares fencegate's write path with direct PostgreSQL and Redis writes on servers it starts itself.\n\nFlags:\n")

@@ -68,9 +68,10 @@ func (b *bench) pgbenchCommand(target, dir string, clients int, token int64) pgb
 	case pgbenchBouncer:
 		host, port = hostPort(b.env.bouncer.addr)
 	}
-	// At least 3 s: pgbench's clock runs while it connects, and fencegate's
-	// connection start is a round trip longer than the database's.
-	secs := max(3, int((b.cfg.duration+time.Second/2)/time.Second))
+	// At least 5 s: pgbench's clock runs while it connects its clients
+	// (64 take a while on a loaded machine), and fencegate's connection
+	// start is a round trip longer than the database's.
+	secs := max(5, int((b.cfg.duration+time.Second/2)/time.Second))
 	args := []string{"-n", "-M", "prepared", "-f", script, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
 		"-T", strconv.Itoa(secs), "-h", host, "-p", port, "-U", benchWorkerRole, "postgres"}
 	return pgbenchRun{args: args, env: env}
@@ -198,6 +199,9 @@ func runPgbenchOnce(ctx context.Context, run pgbenchRun, pid int) (tps, lat, cpu
 	mc := reClients.FindSubmatch(out)
 	if m == nil || mc == nil {
 		return 0, 0, 0, fmt.Errorf("cannot read pgbench's output: %s", truncate(string(out), 400))
+	}
+	if mt := reTxns.FindSubmatch(out); mt != nil && string(mt[1]) == "0" {
+		return 0, 0, 0, fmt.Errorf("no transaction completed in the time left after connecting (a longer --duration helps): %s", truncate(string(out), 400))
 	}
 	if f := reFailed.FindSubmatch(out); f != nil && string(f[1]) != "0" {
 		return 0, 0, 0, fmt.Errorf("%s failed transactions: %s", f[1], truncate(string(out), 400))

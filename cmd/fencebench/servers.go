@@ -112,7 +112,7 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 	if e.workerDSN, err = e.pg.RuntimeRole(ctx, benchWorkerRole); err != nil {
 		return nil, err
 	}
-	if cfg.wants("load") && (cfg.wantsPath(pgBouncer) || cfg.wantsPath(pgBouncerFenced)) || cfg.wants("pgbench") {
+	if cfg.wants("load") && (cfg.wantsPath(pgBouncer) || cfg.wantsPath(pgBouncerFenced)) || cfg.wants("pgbench") && (!cfg.quick || cfg.only != "") {
 		if e.bouncer, err = startBouncer(ctx, e.pg.Port(), benchWorkerRole); err != nil {
 			return nil, err
 		}
@@ -275,6 +275,9 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env, name stri
 	g.cmd.Stdout, g.cmd.Stderr = logFile, logFile
 	// Only FENCEGATE_ variables the bench sets reach the gateway.
 	g.cmd.Env = withoutFencegateEnv(os.Environ())
+	if cfg.gateProcs > 0 {
+		g.cmd.Env = append(g.cmd.Env, "GOMAXPROCS="+strconv.Itoa(cfg.gateProcs))
+	}
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := g.cmd.Start(); err != nil {
 		return nil, err

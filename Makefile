@@ -135,7 +135,7 @@ bench: deps ## Full benchmark (cmd/fencebench, under 15 min): table and JSON to 
 	bin/fencebench --json --markdown docs/BENCHMARKS.md $(BENCHFLAGS)
 
 .PHONY: bench-quick
-bench-quick: deps ## Short benchmark (under 2 min): table and JSON to stdout (BENCHFLAGS= passes flags to fencebench).
+bench-quick: deps ## Short benchmark (about 2 min): table and JSON to stdout (BENCHFLAGS= passes flags to fencebench).
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/fencegate ./cmd/fencebench
 	bin/fencebench --quick --json $(BENCHFLAGS)
 

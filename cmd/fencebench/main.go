@@ -78,7 +78,7 @@ func main() {
 func parseConfig(args []string) (config, error) {
 	cfg := config{command: "fencebench " + strings.Join(args, " ")}
 	fs := flag.NewFlagSet("fencebench", flag.ContinueOnError)
-	fs.BoolVar(&cfg.quick, "quick", false, "short run (under 2 minutes): fewer clients, shorter loads, fewer trials")
+	fs.BoolVar(&cfg.quick, "quick", false, "short run (about 2 minutes): fewer clients, shorter loads, fewer trials")
 	fs.BoolVar(&cfg.json, "json", false, "also print one JSON object per measurement to stdout")
 	fs.StringVar(&cfg.markdown, "markdown", "", "write the report between the fencebench markers of this Markdown `file` (created if missing)")
 	fs.StringVar(&cfg.fencegate, "fencegate", "bin/fencegate", "fencegate binary to run as the gateway under test")

@@ -130,7 +130,7 @@ uninstall: ## Remove what make install installed, except the env file.
 	rm -f $(DESTDIR)$(PREFIX)/bin/fencegate $(DESTDIR)$(PREFIX)/lib/systemd/system/fencegate.service
 
 .PHONY: bench
-bench: deps ## Full benchmark (cmd/fencebench, about 15 min; not re-timed with the pgbench part): table and JSON to stdout, report into docs/BENCHMARKS.md.
+bench: deps ## Full benchmark (cmd/fencebench, about 15 min): table and JSON to stdout, report into docs/BENCHMARKS.md.
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/fencegate ./cmd/fencebench
 	bin/fencebench --json --markdown docs/BENCHMARKS.md $(BENCHFLAGS)
 

@@ -64,7 +64,7 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: $(GRPCURL) ## Install missing system packages (protoc, redis, etcd, postgres, promtool, curl, jq) via apt-get as root; build grpcurl into bin/tools.
+deps: $(GRPCURL) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, promtool, curl, jq) via apt-get as root; build grpcurl into bin/tools.
 	@.ci/deps.sh
 
 $(GRPCURL):
@@ -132,12 +132,12 @@ uninstall: ## Remove what make install installed, except the env file.
 	rm -f $(DESTDIR)$(PREFIX)/bin/fencegate $(DESTDIR)$(PREFIX)/lib/systemd/system/fencegate.service
 
 .PHONY: bench
-bench: deps ## Full benchmark (cmd/fencebench, under 15 min): table and JSON to stdout, report into docs/BENCHMARKS.md.
+bench: deps ## Full benchmark (cmd/fencebench, about 15 min): table and JSON to stdout, report into docs/BENCHMARKS.md.
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/fencegate ./cmd/fencebench
 	bin/fencebench --json --markdown docs/BENCHMARKS.md $(BENCHFLAGS)
 
 .PHONY: bench-quick
-bench-quick: deps ## Short benchmark (under 2 min): table and JSON to stdout (BENCHFLAGS= passes flags to fencebench).
+bench-quick: deps ## Short benchmark (about 2 min): table and JSON to stdout (BENCHFLAGS= passes flags to fencebench).
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/fencegate ./cmd/fencebench
 	bin/fencebench --quick --json $(BENCHFLAGS)
 

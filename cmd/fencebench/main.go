@@ -51,6 +51,7 @@ type config struct {
 	etcdNoFsync  bool
 	gateArgs     string
 	pgConns      int
+	gateProcs    int
 	command      string
 }
 
@@ -77,7 +78,7 @@ func main() {
 func parseConfig(args []string) (config, error) {
 	cfg := config{command: "fencebench " + strings.Join(args, " ")}
 	fs := flag.NewFlagSet("fencebench", flag.ContinueOnError)
-	fs.BoolVar(&cfg.quick, "quick", false, "short run (under 2 minutes): fewer clients, shorter loads, fewer trials")
+	fs.BoolVar(&cfg.quick, "quick", false, "short run (about 2 minutes): fewer clients, shorter loads, fewer trials")
 	fs.BoolVar(&cfg.json, "json", false, "also print one JSON object per measurement to stdout")
 	fs.StringVar(&cfg.markdown, "markdown", "", "write the report between the fencebench markers of this Markdown `file` (created if missing)")
 	fs.StringVar(&cfg.fencegate, "fencegate", "bin/fencegate", "fencegate binary to run as the gateway under test")
@@ -87,7 +88,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&cfg.warmup, "warmup", 0, "warm-up before each load (default 1s, quick 300ms)")
 	fs.IntVar(&cfg.reps, "reps", 0, "repetitions of each load, paths interleaved (default 2, quick 1)")
 	fs.StringVar(&cfg.paths, "paths", "", "comma-separated paths to measure (default all: "+strings.Join(allPaths, ",")+"; a -secure path goes through a second gateway with TLS, client certificates and a policy)")
-	fs.StringVar(&cfg.only, "only", "", "comma-separated parts to run: load,sqlcheck,stale,propagation,failover,elections (default all)")
+	fs.StringVar(&cfg.only, "only", "", "comma-separated parts to run: load,sqlcheck,stale,pgbench,propagation,failover,elections (default all)")
 	fs.IntVar(&cfg.killTrials, "kill-trials", 0, "failover trials with a leader SIGKILL (default 20, quick 3)")
 	fs.IntVar(&cfg.resignTrials, "resign-trials", 0, "failover trials with a resigning leader (default 50, quick 10)")
 	fs.IntVar(&cfg.propTrials, "propagation-trials", 0, "term propagation trials (default 100, quick 20)")
@@ -97,6 +98,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&cfg.profileDir, "profile-dir", "", "save fencegate CPU profiles (pprof) of the 64-client fencegate loads, and a heap profile, in this `dir`")
 	fs.BoolVar(&cfg.etcdNoFsync, "etcd-nofsync", false, "run the embedded etcd without fsync")
 	fs.StringVar(&cfg.gateArgs, "fencegate-args", "", "extra space-separated flags for fencegate serve")
+	fs.IntVar(&cfg.gateProcs, "fencegate-gomaxprocs", 0, "GOMAXPROCS of the fencegate processes (0: Go's default, the machine's CPUs)")
 	fs.IntVar(&cfg.pgConns, "pg-conns", 2*runtime.NumCPU(), "fencegate's PostgreSQL pool (--postgres-max-conns); 0 keeps fencegate's default; 2 × CPUs is PostgreSQL's rule of thumb for a server with this many cores")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: fencebench [flags]\n\nCompares fencegate's write path with direct PostgreSQL and Redis writes on servers it starts itself.\n\nFlags:\n")
@@ -152,7 +154,7 @@ func parseConfig(args []string) (config, error) {
 	}
 	for _, p := range splitList(cfg.only) {
 		switch p {
-		case "load", "sqlcheck", "stale", "propagation", "failover", "elections":
+		case "load", "sqlcheck", "stale", "pgbench", "propagation", "failover", "elections":
 		default:
 			return cfg, fmt.Errorf("--only: unknown part %q", p)
 		}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/pgconn"
 	goredis "github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -30,6 +30,9 @@ import (
 const (
 	pgDirectPlain     = "pg-direct-plain"
 	pgDirectFenced    = "pg-direct-fenced"
+	pgWire            = "pg-wire"
+	pgBouncer         = "pg-bouncer"
+	pgBouncerFenced   = "pg-bouncer-fenced"
 	pgGRPC            = "pg-grpc"
 	pgHTTP            = "pg-http"
 	redisDirectPlain  = "redis-direct-plain"
@@ -39,7 +42,7 @@ const (
 )
 
 var allPaths = []string{
-	pgDirectPlain, pgDirectFenced, pgGRPC, pgGRPCSecure, pgHTTP, pgHTTPSecure,
+	pgDirectPlain, pgDirectFenced, pgWire, pgBouncer, pgBouncerFenced, pgGRPC, pgGRPCSecure, pgHTTP, pgHTTPSecure,
 	redisDirectPlain, redisDirectFenced, redisGRPC, redisGRPCSecure, redisHTTP, redisHTTPSecure,
 }
 
@@ -55,10 +58,22 @@ func isPath(p string) bool {
 // viaGateway reports whether path goes through fencegate.
 func viaGateway(path string) bool {
 	switch plainTwin(path) {
-	case pgGRPC, pgHTTP, redisGRPC, redisHTTP:
+	case pgWire, pgGRPC, pgHTTP, redisGRPC, redisHTTP:
 		return true
 	}
 	return false
+}
+
+// proxyPID is the process between the clients and the backend on path
+// (fencegate or pgbouncer), whose CPU and RSS are reported; 0 for none.
+func (e *env) proxyPID(path string) int {
+	switch {
+	case viaGateway(path):
+		return e.gateFor(path).pid()
+	case path == pgBouncer || path == pgBouncerFenced:
+		return e.bouncer.pid()
+	}
+	return 0
 }
 
 // gateFor is the gateway path goes through.
@@ -96,46 +111,8 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 	at := func(i int) target { return targets[i%len(targets)] }
 	ops := make([]op, clients)
 	switch path {
-	case pgDirectPlain, pgDirectFenced:
-		pc, err := pgxpool.ParseConfig(e.pgDSN)
-		if err != nil {
-			return clientSet{}, err
-		}
-		// One connection per client, as separate workers would have.
-		pc.MaxConns, pc.MinConns = int32(clients), int32(clients)
-		pc.ConnConfig.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
-		pool, err := pgxpool.NewWithConfig(ctx, pc)
-		if err != nil {
-			return clientSet{}, err
-		}
-		for i := range ops {
-			t := at(i)
-			if path == pgDirectPlain {
-				ops[i] = func(ctx context.Context) error {
-					_, err := pool.Exec(ctx, insertSQL, t.fence, t.token)
-					return err
-				}
-				continue
-			}
-			ops[i] = func(ctx context.Context) error {
-				// The batch fencegate sends: advance, the statement, one Sync.
-				b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
-				b.Queue(advanceSQL, t.fence, t.token)
-				b.Queue(insertSQL, t.fence, t.token)
-				br := pool.SendBatch(ctx, b)
-				var hw int64
-				if err := br.QueryRow().Scan(&hw); err != nil {
-					_ = br.Close()
-					return err
-				}
-				if _, err := br.Exec(); err != nil {
-					_ = br.Close()
-					return err
-				}
-				return br.Close()
-			}
-		}
-		return clientSet{ops: ops, close: pool.Close}, nil
+	case pgDirectPlain, pgDirectFenced, pgWire, pgBouncer, pgBouncerFenced:
+		return e.pgOps(ctx, path, ops, at, stale)
 
 	case redisDirectPlain:
 		c := goredis.NewClient(&goredis.Options{Addr: e.redisAddr, Protocol: 2, PoolSize: clients, MinIdleConns: clients, DisableIdentity: true, MaxRetries: -1})
@@ -252,6 +229,104 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 }
 
 var errStaleAccepted = errors.New("a stale token was accepted")
+
+// pgOps makes the clients of the PostgreSQL protocol paths: one pgx
+// connection per client, as separate workers would have, all logged in as
+// the same role, with the statements prepared once on connecting so that
+// every transaction is one Bind/Describe/Execute per statement and one
+// Sync, in one write:
+//
+//   - pg-direct-plain, pg-bouncer: the INSERT (pgx Exec);
+//   - pg-direct-fenced, pg-bouncer-fenced: a pgx Batch of
+//     fencegate.advance($1,$2) then the INSERT, one implicit transaction
+//     (what fencegate's listener sends for pg-wire);
+//   - pg-wire: the INSERT through fencegate's listener, with the fence and
+//     token as startup parameters; fencegate adds the fence check.
+func (e *env) pgOps(ctx context.Context, path string, ops []op, at func(int) target, stale bool) (clientSet, error) {
+	conns := make([]*pgx.Conn, 0, len(ops))
+	closeAll := func() {
+		for _, c := range conns {
+			_ = c.Close(context.WithoutCancel(ctx))
+		}
+	}
+	dsn := e.workerDSN
+	switch path {
+	case pgWire:
+		dsn = fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", benchWorkerRole, e.gate.pgAddr)
+	case pgBouncer, pgBouncerFenced:
+		dsn = e.bouncer.dsn(benchWorkerRole)
+	}
+	fenced := path == pgDirectFenced || path == pgBouncerFenced
+	for i := range ops {
+		t := at(i)
+		cc, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			return clientSet{}, err
+		}
+		cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
+		cc.RuntimeParams["application_name"] = "fencebench-" + path
+		if path == pgWire {
+			cc.RuntimeParams["fencegate.fence"] = t.fence
+			cc.RuntimeParams["fencegate.token"] = strconv.FormatInt(t.token, 10)
+		}
+		c, err := pgx.ConnectConfig(ctx, cc)
+		if err != nil {
+			closeAll()
+			return clientSet{}, fmt.Errorf("client %d: %w", i, err)
+		}
+		conns = append(conns, c)
+		// Named after their text: pgx's Exec and SendBatch use them.
+		for _, sql := range []string{insertSQL, advanceSQL} {
+			if sql == advanceSQL && !fenced {
+				continue
+			}
+			if _, err := c.Prepare(ctx, sql, sql); err != nil {
+				closeAll()
+				return clientSet{}, fmt.Errorf("client %d: prepare: %w", i, err)
+			}
+		}
+		if !fenced {
+			ops[i] = func(ctx context.Context) error {
+				_, err := c.Exec(ctx, insertSQL, t.fence, t.token)
+				return pgOutcome(err, stale)
+			}
+			continue
+		}
+		b := &pgx.Batch{QueuedQueries: make([]*pgx.QueuedQuery, 0, 2)}
+		ops[i] = func(ctx context.Context) error {
+			b.QueuedQueries = b.QueuedQueries[:0]
+			b.Queue(advanceSQL, t.fence, t.token)
+			b.Queue(insertSQL, t.fence, t.token)
+			br := c.SendBatch(ctx, b)
+			var hw int64
+			if err := br.QueryRow().Scan(&hw); err != nil {
+				_ = br.Close()
+				return err
+			}
+			if _, err := br.Exec(); err != nil {
+				_ = br.Close()
+				return err
+			}
+			return br.Close()
+		}
+	}
+	return clientSet{ops: ops, close: closeAll}, nil
+}
+
+// pgOutcome: a stale token through fencegate's listener is SQLSTATE FG001.
+func pgOutcome(err error, stale bool) error {
+	if !stale {
+		return err
+	}
+	if err == nil {
+		return errStaleAccepted
+	}
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "FG001" {
+		return nil
+	}
+	return err
+}
 
 func grpcOutcome(err error, stale bool) error {
 	if !stale {

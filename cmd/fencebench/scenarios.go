@@ -69,12 +69,18 @@ func run(ctx context.Context, cfg config) error {
 		{"load", b.runLoads},
 		{"sqlcheck", b.runSQLCheck}, // after load, to take its 1-client write p50
 		{"stale", b.runStale},
+		{"pgbench", b.runPgbench},
 		{"propagation", func(ctx context.Context) error { return b.runPropagation(ctx, "term-propagation", cfg.propTrials) }},
 		{"failover", b.runFailover},
 		{"elections", b.runManyElections},
 	}
 	for _, s := range steps {
 		if !cfg.wants(s.part) {
+			continue
+		}
+		// pgbench runs of 5 s each would take --quick past 2 minutes:
+		// there only when asked for by name.
+		if s.part == "pgbench" && cfg.quick && cfg.only == "" {
 			continue
 		}
 		if err := s.f(ctx); err != nil {
@@ -159,6 +165,11 @@ func (b *bench) runLoads(ctx context.Context) error {
 	}
 	var paths []string
 	for _, p := range allPaths {
+		// pg-bouncer-fenced tells the proxies apart on the same work;
+		// --quick leaves it out unless named.
+		if p == pgBouncerFenced && b.cfg.quick && b.cfg.paths == "" {
+			continue
+		}
 		if b.cfg.wantsPath(p) {
 			paths = append(paths, p)
 		}
@@ -171,10 +182,9 @@ func (b *bench) runLoads(ctx context.Context) error {
 				slices.Reverse(order)
 			}
 			for _, p := range order {
-				o := loadOpts{warmup: b.cfg.warmup, duration: b.cfg.duration, backendPID: b.env.backendPID(p)}
+				o := loadOpts{warmup: b.cfg.warmup, duration: b.cfg.duration, backendPID: b.env.backendPID(p), gatePID: b.env.proxyPID(p)}
 				if viaGateway(p) {
 					g := b.env.gateFor(p)
-					o.gatePID = g.pid()
 					if b.cfg.profileDir != "" && rep == 0 && c.scenario == "distinct" && c.clients == slices.Max(b.cfg.clients) {
 						o.profile = filepath.Join(b.cfg.profileDir, fmt.Sprintf("%s-c%d.pprof", p, c.clients))
 						o.pprofAddr = g.pprofAddr
@@ -191,7 +201,7 @@ func (b *bench) runLoads(ctx context.Context) error {
 			}
 		}
 		for _, p := range paths {
-			r := summarise(c.scenario, p, c.clients, *samples[p], viaGateway(p))
+			r := summarise(c.scenario, p, c.clients, *samples[p], b.env.proxyPID(p) != 0)
 			b.emit(r)
 			logf("%-9s %3d clients %-20s %9.0f ops/s  p50 %7.1f µs  p99 %8.1f µs%s", c.scenario, c.clients, p, r.OpsPerSec, r.P50us, r.P99us, errNote(r))
 		}
@@ -283,17 +293,16 @@ func (b *bench) runStale(ctx context.Context) error {
 		}
 	}
 
-	before, err := b.env.backendCounters(ctx)
-	if err != nil {
-		return err
-	}
-	clients := []int{16}
+	// pg-wire also at 1 client: its refusal's latency next to an accepted
+	// write's shows that no round trip to PostgreSQL is in it.
+	clients := []int{1, 16}
 	if !b.cfg.quick {
-		clients = []int{16, 64}
+		clients = []int{1, 16, 64}
 	}
+	total := staleCheck{ok: true}
 	for _, n := range clients {
-		for _, p := range []string{pgGRPC, pgHTTP, redisGRPC, redisHTTP} {
-			if !b.cfg.wantsPath(p) {
+		for _, p := range []string{pgWire, pgGRPC, pgHTTP, redisGRPC, redisHTTP} {
+			if !b.cfg.wantsPath(p) || n == 1 && p != pgWire {
 				continue
 			}
 			o := loadOpts{warmup: b.cfg.warmup, duration: b.cfg.duration, gatePID: b.env.gate.pid(), backendPID: b.env.backendPID(p)}
@@ -301,25 +310,47 @@ func (b *bench) runStale(ctx context.Context) error {
 				o.profile = filepath.Join(b.cfg.profileDir, fmt.Sprintf("stale-%s-c%d.pprof", p, n))
 				o.pprofAddr = b.env.gate.pprofAddr
 			}
-			s, err := b.measure(ctx, p, n, []target{{fence: fence, token: old.Token()}}, true, o)
+			s, seen, err := b.measureStale(ctx, p, n, []target{{fence: fence, token: old.Token()}}, o)
 			if err != nil {
 				return err
 			}
+			total.add(seen)
 			r := summarise("stale", p, n, s, true)
 			b.emit(r)
 			logf("stale     %3d clients %-20s %9.0f refusals/s  p50 %7.1f µs  p99 %8.1f µs%s", n, p, r.OpsPerSec, r.P50us, r.P99us, errNote(r))
 		}
 	}
-	after, err := b.env.backendCounters(ctx)
-	if err != nil {
-		return err
-	}
-	if err := b.env.countPGQueriesSince(ctx, before.pgNow, &after); err != nil {
-		return err
-	}
-	b.rep.staleBackend = before.diff(after)
+	b.rep.staleBackend = total
 	logf("backend requests during the stale loads: %s", b.rep.staleBackend)
 	return nil
+}
+
+// measureStale runs one stale load of path and returns what the backends
+// saw during it. The clients connect first (a pg-wire connection's start
+// prepares the fence check, and its clients prepare their INSERT): what
+// is counted is the load alone.
+func (b *bench) measureStale(ctx context.Context, path string, clients int, targets []target, o loadOpts) (sample, staleCheck, error) {
+	cs, err := b.env.buildOps(ctx, b.cfg, path, clients, targets, true)
+	if err != nil {
+		return sample{}, staleCheck{}, fmt.Errorf("%s: %w", path, err)
+	}
+	defer cs.close()
+	before, err := b.env.backendCounters(ctx)
+	if err != nil {
+		return sample{}, staleCheck{}, err
+	}
+	s, err := runLoad(ctx, cs.ops, o)
+	if err != nil {
+		return s, staleCheck{}, err
+	}
+	after, err := b.env.backendCounters(ctx)
+	if err != nil {
+		return s, staleCheck{}, err
+	}
+	if err := b.env.countPGQueriesSince(ctx, before.pgNow, &after); err != nil {
+		return s, staleCheck{}, err
+	}
+	return s, before.diff(after), nil
 }
 
 // counters are the backends' own request counts.
@@ -362,8 +393,15 @@ type staleCheck struct {
 }
 
 func (s staleCheck) String() string {
-	return fmt.Sprintf("Redis EVALSHA/EVAL calls +%d (other commands +%d: the bench's own INFO), PostgreSQL queries by fencegate's sessions %d",
+	return fmt.Sprintf("Redis EVALSHA/EVAL calls +%d (other commands +%d: the bench's own INFO), PostgreSQL sessions of fencegate's pool or of its listener that ran a query %d",
 		s.redisScripts, s.redisOther, s.pgQueries)
+}
+
+func (s *staleCheck) add(o staleCheck) {
+	s.redisScripts += o.redisScripts
+	s.redisOther += o.redisOther
+	s.pgQueries += o.pgQueries
+	s.ok = s.ok && o.ok
 }
 
 func (before counters) diff(after counters) staleCheck {
@@ -375,12 +413,16 @@ func (before counters) diff(after counters) staleCheck {
 	}
 }
 
-// countPGQueriesSince fills c.pgQueriesSince: fencegate sessions that
+// countPGQueriesSince fills c.pgQueriesSince: sessions of fencegate's
+// pool, or server connections of its listener's pg-wire clients, that
 // started a query after since (pg_stat_activity is live, not a delayed
-// statistic).
+// statistic; an extended-protocol Bind or Execute sets query_start too).
+// fencegate's readiness check pings PostgreSQL every few seconds ("--
+// ping", an empty query) through its pool: that is no request of a
+// client's, and is not counted.
 func (e *env) countPGQueriesSince(ctx context.Context, since time.Time, c *counters) error {
 	return e.admin.QueryRow(ctx,
-		"SELECT count(*) FROM pg_stat_activity WHERE application_name = 'fencegate' AND query_start >= $1", since).
+		"SELECT count(*) FROM pg_stat_activity WHERE application_name IN ('fencegate', 'fencebench-"+pgWire+"') AND query_start >= $1 AND query <> '-- ping'", since).
 		Scan(&c.pgQueriesSince)
 }
 

@@ -40,14 +40,22 @@ type env struct {
 	// none is measured.
 	secure *gateway
 	pki    *benchPKI
-	cli    *clientv3.Client // the bench's etcd client (campaigns)
-	admin  *pgx.Conn        // the bench's own PostgreSQL session (setup, counters)
-	radmin *goredis.Client  // the bench's own Redis client (counters)
+	// bouncer is pgbouncer in front of pg (pgbouncer.go); nil when the
+	// pg-bouncer paths are not measured.
+	bouncer *bouncer
+	cli     *clientv3.Client // the bench's etcd client (campaigns)
+	admin   *pgx.Conn        // the bench's own PostgreSQL session (setup, counters)
+	radmin  *goredis.Client  // the bench's own Redis client (counters)
 
 	pgDSN string
 	// pgGatewayDSN is the role fencegate serves as.
 	pgGatewayDSN string
-	redisAddr    string
+	// workerDSN is the role the PostgreSQL paths' clients log in as,
+	// directly or through fencegate's listener or pgbouncer: a member of
+	// fencegate_runtime that is not a superuser, as fencegate's listener
+	// requires.
+	workerDSN string
+	redisAddr string
 }
 
 // startEnv starts every server. Close stops them.
@@ -77,6 +85,11 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 		return nil, err
 	}
 	e.pgDSN, e.redisAddr = e.pg.DSN(), e.rd.Addr()
+	// 64 clients on each of pgbouncer (which keeps its server connections)
+	// and fencegate's listener, plus the pools: more than the default 100.
+	if err := raiseMaxConnections(ctx, e.pg, 400); err != nil {
+		return nil, err
+	}
 	e.cli, err = clientv3.New(clientv3.Config{Endpoints: e.etcd.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, err
@@ -95,6 +108,14 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 	// fencegate serves as a role that is not a superuser, as deployed.
 	if e.pgGatewayDSN, err = e.pg.RuntimeRole(ctx, "fencegate_bench"); err != nil {
 		return nil, err
+	}
+	if e.workerDSN, err = e.pg.RuntimeRole(ctx, benchWorkerRole); err != nil {
+		return nil, err
+	}
+	if cfg.wants("load") && (cfg.wantsPath(pgBouncer) || cfg.wantsPath(pgBouncerFenced)) || cfg.wants("pgbench") && (!cfg.quick || cfg.only != "") {
+		if e.bouncer, err = startBouncer(ctx, e.pg.Port(), benchWorkerRole); err != nil {
+			return nil, err
+		}
 	}
 	e.radmin = goredis.NewClient(&goredis.Options{Addr: e.redisAddr, Protocol: 2, DisableIdentity: true})
 	e.gate, err = startGateway(ctx, cfg, dir, e, "fencegate", nil, nil)
@@ -125,6 +146,9 @@ func (e *env) Close() {
 	if e.gate != nil {
 		e.gate.Close()
 	}
+	if e.bouncer != nil {
+		e.bouncer.Close()
+	}
 	if e.radmin != nil {
 		_ = e.radmin.Close()
 	}
@@ -152,12 +176,30 @@ func (e *env) truncate(ctx context.Context) error {
 	return err
 }
 
+// benchWorkerRole is the role of the PostgreSQL paths' clients.
+const benchWorkerRole = "bench_worker"
+
+// raiseMaxConnections sets max_connections and restarts the server.
+func raiseMaxConnections(ctx context.Context, pg *pgthrowaway.Server, n int) error {
+	c, err := pgx.Connect(ctx, pg.DSN())
+	if err != nil {
+		return err
+	}
+	_, err = c.Exec(ctx, "ALTER SYSTEM SET max_connections = "+strconv.Itoa(n))
+	_ = c.Close(ctx)
+	if err != nil {
+		return err
+	}
+	return pg.Restart(ctx)
+}
+
 // gateway is bin/fencegate serve running as a child process.
 type gateway struct {
 	name      string
 	cmd       *exec.Cmd
 	grpcAddr  string
 	httpAddr  string
+	pgAddr    string // the PostgreSQL listener; empty on the secure gateway
 	pprofAddr string
 	logPath   string
 	done      chan struct{}
@@ -208,6 +250,12 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env, name stri
 		"--grpc-addr=" + g.grpcAddr,
 		"--http-addr=" + g.httpAddr,
 	}
+	if tc == nil {
+		if g.pgAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--pg-listen-addr="+g.pgAddr)
+	}
 	if cfg.profileDir != "" {
 		if g.pprofAddr, err = freeAddr(); err != nil {
 			return nil, err
@@ -227,6 +275,9 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env, name stri
 	g.cmd.Stdout, g.cmd.Stderr = logFile, logFile
 	// Only FENCEGATE_ variables the bench sets reach the gateway.
 	g.cmd.Env = withoutFencegateEnv(os.Environ())
+	if cfg.gateProcs > 0 {
+		g.cmd.Env = append(g.cmd.Env, "GOMAXPROCS="+strconv.Itoa(cfg.gateProcs))
+	}
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := g.cmd.Start(); err != nil {
 		return nil, err

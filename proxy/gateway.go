@@ -173,6 +173,8 @@ func (g *Gateway) Exec(ctx context.Context, fence, rawToken string, stmts []post
 	hw := g.auditHighWater(backendPostgres, fence)
 	if err == nil {
 		t, term, err = g.admit(ctx, backendPostgres, fence, rawToken, len(stmts), start)
+	} else {
+		t = tokenOf(err, rawToken)
 	}
 	if err == nil {
 		err = g.validateSQL(fence, t, stmts)
@@ -218,6 +220,8 @@ func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]st
 	hw := g.auditHighWater(backendRedis, fence)
 	if err == nil {
 		t, term, err = g.admit(ctx, backendRedis, fence, rawToken, len(cmds), start)
+	} else {
+		t = tokenOf(err, rawToken)
 	}
 	if err == nil {
 		err = g.enter(backendRedis, fence, t)
@@ -288,6 +292,20 @@ func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) 
 	}
 	r.Metadata = map[string]string{"principal": principal, "action": string(a)}
 	return grant{}, r
+}
+
+// tokenOf is the token a request refused before its token was looked at
+// (UNAUTHENTICATED, NOT_AUTHORIZED) carried, if it parses: the refusal,
+// the log line and the audit record name it.
+func tokenOf(err error, rawToken string) tokens.Token {
+	t, perr := tokens.Parse(rawToken)
+	if perr != nil {
+		return 0
+	}
+	if r, ok := tokens.AsRefusal(err); ok {
+		r.Token = t
+	}
+	return t
 }
 
 // grant is what authorize allowed: the role statements run as, and

@@ -45,6 +45,8 @@ func (g *Gateway) AdmitSQL(ctx context.Context, fence, rawToken string) (*Admiss
 	a.hw = g.auditHighWater(backendPostgres, fence)
 	if err == nil {
 		a.t, a.term, err = g.admit(ctx, backendPostgres, fence, rawToken, 1, a.start)
+	} else {
+		a.t = tokenOf(err, rawToken)
 	}
 	if err == nil {
 		err = g.enter(backendPostgres, fence, a.t)

@@ -394,6 +394,9 @@ func TestSecureServe(t *testing.T) {
 				accepted++
 			case r["outcome"] == "NOT_AUTHORIZED" && r["principal"] == "spiffe://test/a/alice" && r["fence"] == "b":
 				refused++
+				if r["action"] == "sql.write" && r["token"] != float64(tb) {
+					t.Errorf("NOT_AUTHORIZED record %v: token %v, want the %d sent", r, r["token"], tb)
+				}
 			}
 			if s, _ := r["statements_sha256"].(string); r["action"] == "sql.write" && len(s) != 64 {
 				t.Errorf("record %v: statements_sha256 %q, want a SHA-256", r, s)

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -49,39 +48,19 @@ type benchPKI struct {
 	client        *tls.Config
 }
 
-// certFailure carries an authtest failure out of certMaker.Fatal.
-type certFailure struct{ err error }
-
-// certMaker is authtest.T for a command: files go to dir, and a failure
-// panics with certFailure, which newBenchPKI turns into its error.
-type certMaker struct{ dir string }
-
-func (certMaker) Helper()           {}
-func (m certMaker) TempDir() string { return m.dir }
-func (certMaker) Fatal(args ...any) {
-	panic(certFailure{errors.New(fmt.Sprint(args...))})
-}
-
 // newBenchPKI makes a CA, the gateway's certificate for 127.0.0.1, the
 // bench's client certificate and the policy, under dir.
-func newBenchPKI(dir string) (p *benchPKI, err error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+func newBenchPKI(dir string) (*benchPKI, error) {
+	var p *benchPKI
+	err := authtest.Make(dir, func(t authtest.T) {
+		ca := authtest.NewCA(t, "fencebench")
+		srv := ca.Localhost(t, "gateway")
+		cl := ca.Issue(t, "client", authtest.Leaf{CommonName: "fencebench", URIs: []string{benchPrincipal}, Client: true})
+		p = &benchPKI{cert: srv.CertFile, key: srv.KeyFile, ca: ca.File, policy: filepath.Join(dir, "policy.yaml"), client: ca.ClientTLS(cl)}
+	})
+	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(certFailure)
-			if !ok {
-				panic(r)
-			}
-			p, err = nil, fmt.Errorf("certificates: %w", f.err)
-		}
-	}()
-	t := certMaker{dir: dir}
-	ca := authtest.NewCA(t, "fencebench")
-	srv := ca.Localhost(t, "gateway")
-	cl := ca.Issue(t, "client", authtest.Leaf{CommonName: "fencebench", URIs: []string{benchPrincipal}, Client: true})
-	p = &benchPKI{cert: srv.CertFile, key: srv.KeyFile, ca: ca.File, policy: filepath.Join(dir, "policy.yaml"), client: ca.ClientTLS(cl)}
 	// Real policies hold more than one rule; the bench's is matched first,
 	// as a deployment's busiest rule would be placed.
 	pol := fmt.Sprintf(`rules:

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -84,47 +83,27 @@ type pki struct {
 	policy   string
 }
 
-// certFailure carries an authtest failure out of certMaker.Fatal.
-type certFailure struct{ err error }
-
-// certMaker is authtest.T for a command: files go to dir, and a failure
-// panics with certFailure, which newCredentials turns into its error.
-type certMaker struct{ dir string }
-
-func (certMaker) Helper()           {}
-func (m certMaker) TempDir() string { return m.dir }
-func (certMaker) Fatal(args ...any) {
-	panic(certFailure{errors.New(fmt.Sprint(args...))})
-}
-
 // newCredentials makes a CA, the gateways' certificate for 127.0.0.1, the
 // client certificates, and the policy, under dir.
-func (c *campaign) newCredentials(dir string) (cr *pki, err error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	defer func() {
-		if r := recover(); r != nil {
-			f, ok := r.(certFailure)
-			if !ok {
-				panic(r)
-			}
-			cr, err = nil, fmt.Errorf("certificates: %w", f.err)
+func (c *campaign) newCredentials(dir string) (*pki, error) {
+	var cr *pki
+	err := authtest.Make(dir, func(t authtest.T) {
+		ca := authtest.NewCA(t, "fencechaos")
+		client := func(name, principal string) tlsFiles {
+			is := ca.Issue(t, name, authtest.Leaf{CommonName: name, URIs: []string{principal}, Client: true})
+			return tlsFiles{CA: ca.File, Cert: is.CertFile, Key: is.KeyFile}
 		}
-	}()
-	t := certMaker{dir: dir}
-	ca := authtest.NewCA(t, "fencechaos")
-	client := func(name, principal string) tlsFiles {
-		is := ca.Issue(t, name, authtest.Leaf{CommonName: name, URIs: []string{principal}, Client: true})
-		return tlsFiles{CA: ca.File, Cert: is.CertFile, Key: is.KeyFile}
-	}
-	srv := ca.Localhost(t, "gateway")
-	cr = &pki{
-		server:   tlsFiles{CA: ca.File, Cert: srv.CertFile, Key: srv.KeyFile},
-		worker:   client("worker", workerPrincipal),
-		campaign: client("campaign", campaignPrincipal),
-		intruder: client("intruder", intruderPrincipal),
-		policy:   filepath.Join(dir, "policy.yaml"),
+		srv := ca.Localhost(t, "gateway")
+		cr = &pki{
+			server:   tlsFiles{CA: ca.File, Cert: srv.CertFile, Key: srv.KeyFile},
+			worker:   client("worker", workerPrincipal),
+			campaign: client("campaign", campaignPrincipal),
+			intruder: client("intruder", intruderPrincipal),
+			policy:   filepath.Join(dir, "policy.yaml"),
+		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	if err := os.WriteFile(cr.policy, []byte(c.policyYAML()), 0o644); err != nil {
 		return nil, err

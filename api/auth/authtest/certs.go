@@ -11,6 +11,8 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"errors"
+	"fmt"
 	"math/big"
 	"net"
 	"net/url"
@@ -184,3 +186,33 @@ func (ca *CA) ClientTLS(c *Issued) *tls.Config {
 func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
+
+// Make runs make with a T whose files go to dir and whose Fatal ends make,
+// returning the failure as an error: certificates for a command
+// (fencechaos, fencebench), outside a test.
+func Make(dir string, make func(t T)) (err error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			f, ok := r.(makeFailure)
+			if !ok {
+				panic(r)
+			}
+			err = fmt.Errorf("certificates: %w", f.err)
+		}
+	}()
+	make(dirT(dir))
+	return nil
+}
+
+// makeFailure carries a failure out of dirT.Fatal to Make.
+type makeFailure struct{ err error }
+
+// dirT is the T of Make.
+type dirT string
+
+func (dirT) Helper()           {}
+func (d dirT) TempDir() string { return string(d) }
+func (dirT) Fatal(args ...any) { panic(makeFailure{errors.New(fmt.Sprint(args...))}) }

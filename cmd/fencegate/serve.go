@@ -272,7 +272,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	})
 	g.Go(func() error { return readiness.run(gctx, readinessInterval) })
 	g.Go(func() error {
-		if err := gs.Serve(grpcLis); err != nil {
+		// ErrServerStopped: shutdown began before Serve did (a signal
+		// right at start), not a failure.
+		if err := gs.Serve(grpcLis); err != nil && !errors.Is(err, grpc.ErrServerStopped) {
 			return fmt.Errorf("grpc: %w", err)
 		}
 		return nil

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/proto"
@@ -305,4 +306,18 @@ func jsonValue(v any) (*structpb.Value, error) {
 		return structpb.NewListValue(lv), nil
 	}
 	return structpb.NewValue(v)
+}
+
+// ProtocolOf names the protocol of a request this package served: "http"
+// for grpc-gateway's JSON handlers (which call the gRPC methods in
+// process), "grpc" for gRPC, "" for a context of neither. It is
+// proxy.Options.Protocol for the gateway behind these servers.
+func ProtocolOf(ctx context.Context) string {
+	if _, ok := runtime.HTTPPathPattern(ctx); ok {
+		return proxy.ProtocolHTTP
+	}
+	if grpc.ServerTransportStreamFromContext(ctx) != nil {
+		return proxy.ProtocolGRPC
+	}
+	return ""
 }

@@ -81,6 +81,10 @@ type Options struct {
 	Registerer prometheus.Registerer
 	// Now is the clock for request durations; time.Now when nil.
 	Now func() time.Time
+	// Protocol tells, for logs and audit records, the protocol a request
+	// came in by from its context when the front did not say
+	// (WithProtocol); nil leaves it unnamed.
+	Protocol func(context.Context) string
 }
 
 // Gateway is the write pipeline. It is safe for concurrent use.
@@ -106,6 +110,7 @@ type Gateway struct {
 	auditID  string
 	// refusals rate-limits the log lines of identical refusals.
 	refusals refusalLog
+	protocol func(context.Context) string
 }
 
 // ErrNotConfigured is returned for a write to a backend fencegate was not
@@ -126,7 +131,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, terms: opts.Terms, pg: opts.Postgres, rd: opts.Redis, log: opts.Logger, now: opts.Now,
-		policy: opts.Policy, authReq: opts.AuthRequired, audit: opts.Audit,
+		policy: opts.Policy, authReq: opts.AuthRequired, audit: opts.Audit, protocol: opts.Protocol,
 		verifies: newVerifyLimiter(cfg.VerifyRate, cfg.VerifyBurst, cfg.VerifyFences),
 	}
 	if g.log == nil {
@@ -339,6 +344,7 @@ func (g *Gateway) auditRecord(ctx context.Context, a policy.Action, backend int,
 		Role:            gr.role,
 		Outcome:         "accepted",
 		Shadow:          gr.shadow,
+		Protocol:        g.protocolOf(ctx),
 	}
 	if backend >= 0 {
 		rec.Backend = backends[backend]
@@ -535,6 +541,11 @@ func (g *Gateway) finish(ctx context.Context, backend int, fence string, t token
 			attrs := make([]slog.Attr, 0, 8)
 			attrs = append(attrs,
 				slog.String("backend", backends[backend]),
+			)
+			if p := g.protocolOf(ctx); p != "" {
+				attrs = append(attrs, slog.String("protocol", p))
+			}
+			attrs = append(attrs,
 				slog.String("fence", fence),
 				slog.Uint64("token", uint64(t)),
 				slog.String("reason", string(reason)),

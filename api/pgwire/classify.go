@@ -20,6 +20,7 @@ const (
 	kindProc              // CALL or DO: may COMMIT inside when not atomic
 	kindSetToken          // SET fencegate.token = N, the whole string
 	kindEmpty             // no statement at all
+	kindShow              // SHOW fencegate.token or fencegate.fence, the whole string
 )
 
 // verdict is what fencegate learnt of one SQL string (a Query's, or a
@@ -28,7 +29,7 @@ type verdict struct {
 	text    string   // the SQL, the cache's own copy
 	kind    stmtKind // of the last statement (of the only one, for Parse)
 	refuse  string   // non-empty: refused with FG006, and why
-	token   string   // kindSetToken: the new token, as given
+	token   string   // kindSetToken: the new token, as given; kindShow: the setting
 	dealloc bool     // DEALLOCATE or DISCARD: fencegate's statement may be gone
 	hasProc bool     // some statement is CALL or DO
 	// executes names the prepared statements SQL EXECUTE runs: one made
@@ -66,6 +67,7 @@ const (
 	whyEndThenMore = "a transaction end followed by more statements in one string: they would run in a new transaction without the fence check; send them separately"
 	whyChain       = "AND CHAIN starts a new transaction without the fence check; send BEGIN separately"
 	whySetting     = "fencegate.* settings are fencegate's: only `SET fencegate.token = N` outside a transaction is allowed"
+	whyShow        = "fencegate answers only `SHOW fencegate.token` and `SHOW fencegate.fence`, each as a query of its own"
 	whyResetAll    = "RESET ALL would reset fencegate's settings of the transaction"
 	whySetConfig   = "set_config may only change settings named by a constant other than fencegate.*"
 	whySchema      = "the fencegate schema holds the fences; client SQL must not name it"
@@ -150,6 +152,16 @@ func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
 			}
 		}
 		return kindOther, whySetting
+	case *pg_query.Node_VariableShowStmt:
+		name := strings.ToLower(x.VariableShowStmt.Name)
+		if !strings.HasPrefix(name, "fencegate.") {
+			return kindOther, ""
+		}
+		if (name == "fencegate.token" || name == "fencegate.fence") && count == 1 {
+			vd.token = name
+			return kindShow, ""
+		}
+		return kindOther, whyShow
 	case *pg_query.Node_PrepareStmt:
 		if reservedName(x.PrepareStmt.Name) {
 			return kindOther, whyName

@@ -15,7 +15,12 @@ const (
 	whyExecuteEnd   = "EXECUTE of a prepared statement that ends the transaction or is CALL or DO"
 	whyFunctionCall = "the fast-path function call interface is not fenced"
 	whySetTokenTx   = "SET fencegate.token only outside a transaction block, as a query of its own"
+	whyChanges      = "more than 262144 Parse, Bind and Close messages without a Sync"
 )
+
+// maxChanges bounds the statements and portals one segment (the messages
+// up to a Sync) makes or closes: fencegate keeps each until the Sync.
+const maxChanges = 1 << 18
 
 // clientLoop is C2S: it reads the client's messages and forwards them,
 // inserting the fence check at the start of every transaction.
@@ -28,6 +33,9 @@ func (c *session) clientLoop() error {
 		}
 		t, body, raw, err := c.cr.next()
 		if err != nil {
+			return err
+		}
+		if err := c.room(); err != nil {
 			return err
 		}
 		switch t {
@@ -85,8 +93,15 @@ func (c *session) startSegment() error {
 			delete(c.portals, ch.name)
 		}
 	}
-	clear(c.changes)
-	c.changes = c.changes[:0]
+	if cap(c.changes) > 4096 { // a one-off: do not keep it
+		c.changes = nil
+		c.segStmts, c.segPortals = map[string]int32{}, map[string]int32{}
+	} else {
+		clear(c.changes)
+		c.changes = c.changes[:0]
+		clear(c.segStmts)
+		clear(c.segPortals)
+	}
 	c.qmu.Unlock()
 	if dead {
 		return errClosed
@@ -95,6 +110,7 @@ func (c *session) startSegment() error {
 		clear(c.portals) // portals end with their transaction
 	}
 	c.segStart = false
+	c.segStatus = status
 	c.needCheck = status == 'I'
 	c.idleStart = status == 'I'
 	return nil
@@ -105,25 +121,20 @@ func (c *session) startSegment() error {
 // nil is a statement fencegate did not see made: SQL PREPARE's, which
 // holds a query (SELECT, INSERT, UPDATE, DELETE, MERGE or VALUES).
 func (c *session) lookup(what, closeWhat byte, name []byte) *verdict {
-	c.qmu.Lock()
-	for i := len(c.changes) - 1; i >= 0; i-- {
-		ch := &c.changes[i]
-		if ch.name == string(name) {
-			switch ch.what {
-			case what:
-				c.qmu.Unlock()
-				return ch.vd
-			case closeWhat:
-				c.qmu.Unlock()
-				return nil
-			}
+	latest, done := c.segStmts, c.stmts
+	if what == 'B' {
+		latest, done = c.segPortals, c.portals
+	}
+	if i, ok := latest[string(name)]; ok { // no allocation for the look-up
+		c.qmu.Lock()
+		ch := c.changes[i]
+		c.qmu.Unlock()
+		if ch.what == closeWhat {
+			return nil
 		}
+		return ch.vd
 	}
-	c.qmu.Unlock()
-	if what == 'P' {
-		return c.stmts[string(name)]
-	}
-	return c.portals[string(name)]
+	return done[string(name)]
 }
 
 // query handles a simple Query.
@@ -157,6 +168,16 @@ func (c *session) query(body, raw []byte) error {
 			return c.answer(appendReadyForQuery(c.cerr(r), 'I'))
 		}
 		return c.refuseQuery(r, raw)
+	}
+	if vd.kind == kindShow {
+		if !atStart {
+			return c.refuseQuery(c.refusalOf(whyShow), raw)
+		}
+		v := c.token
+		if vd.token == "fencegate.fence" {
+			v = c.fence
+		}
+		return c.answer(appendReadyForQuery(appendShow(c.out[:0], vd.token, v), c.segStatus))
 	}
 	if vd.kind == kindSetToken {
 		if _, err := tokens.Parse(vd.token); err != nil {
@@ -257,6 +278,9 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			return err
 		}
 	}
+	if len(c.changes) >= maxChanges && (t == 'P' || t == 'B' || t == 'C') {
+		return c.refuseSegment(c.refusalOf(whyChanges))
+	}
 	g := reply{msg: t, chg: -1}
 	var ch *change
 	var vd *verdict
@@ -276,6 +300,8 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			why = whyProcExtended
 		case vd.kind == kindSetToken:
 			why = whySetting
+		case vd.kind == kindShow:
+			why = whyShow
 		case reservedName(string(name)):
 			why = whyName
 		}

@@ -113,6 +113,27 @@ func appendCommandComplete(dst []byte, tag string) []byte {
 	return finishMsg(appendCString(dst, tag), sp)
 }
 
+// appendShow appends SHOW's answer of one text setting: RowDescription,
+// DataRow and CommandComplete.
+func appendShow(dst []byte, name, value string) []byte {
+	dst, sp := beginMsg(dst, 'T')
+	dst = append(dst, 0, 1) // one field
+	dst = appendCString(dst, name)
+	dst = append(dst, 0, 0, 0, 0)             // no table
+	dst = append(dst, 0, 0)                   // no column
+	dst = append(dst, 0, 0, 0, 25)            // type text
+	dst = append(dst, 0xff, 0xff)             // variable length
+	dst = append(dst, 0xff, 0xff, 0xff, 0xff) // no modifier
+	dst = append(dst, 0, 0)                   // text format
+	dst = finishMsg(dst, sp)
+	dst, sp = beginMsg(dst, 'D')
+	dst = append(dst, 0, 1)
+	dst = binary.BigEndian.AppendUint32(dst, uint32(len(value)))
+	dst = append(dst, value...)
+	dst = finishMsg(dst, sp)
+	return appendCommandComplete(dst, "SHOW")
+}
+
 // pgError is an ErrorResponse fencegate sends.
 type pgError struct {
 	Severity string // ERROR or FATAL

@@ -27,6 +27,7 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -65,6 +66,9 @@ type Server struct {
 	log     *slog.Logger
 	stmts   verdicts
 	cancels cancelKeys
+	// peakQueued is the longest outstanding-request queue of an ended
+	// session (tests).
+	peakQueued atomic.Int64
 
 	mu       sync.Mutex
 	lis      map[net.Listener]struct{}

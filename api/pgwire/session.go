@@ -78,6 +78,7 @@ type session struct {
 	discard bool // the server skips to the next Sync after an error
 	dead    bool
 	changes []change
+	peak    int                // the queue's longest, folded into Server.peakQueued at the end
 	notRun  []*proxy.Admission // checks the server skipped, for Done
 
 	// C2S only.
@@ -86,12 +87,16 @@ type session struct {
 	advGen      int
 	needPrepare bool
 	segStart    bool
+	segStatus   byte // the transaction status the segment started in
 	needCheck   bool // the next message starts a transaction not yet fenced
 	idleStart   bool // the segment started idle and nothing is sent yet
 	swallow     bool // drop client messages until Sync
 	localRFQ    bool // and answer that Sync with ReadyForQuery 'I' ourselves
 	stmts       map[string]*verdict
 	portals     map[string]*verdict
+	// The latest of this segment's changes to each statement and portal
+	// name: indexes into changes.
+	segStmts, segPortals map[string]int32
 
 	// S2C only.
 	sout  []byte
@@ -141,6 +146,11 @@ func (c *session) done(err error) {
 		c.qmu.Lock()
 		c.dead = true
 		c.qcond.Broadcast()
+		for p := int64(c.peak); ; {
+			if old := c.s.peakQueued.Load(); old >= p || c.s.peakQueued.CompareAndSwap(old, p) {
+				break
+			}
+		}
 		var adms []*proxy.Admission
 		for i := 0; i < c.qlen; i++ {
 			if g := &c.q[(c.qhead+i)%len(c.q)]; g.adm != nil && !(g.msg == 'Q' && g.passed) {
@@ -172,6 +182,7 @@ func (c *session) push(g reply) {
 	}
 	c.q[(c.qhead+c.qlen)%len(c.q)] = g
 	c.qlen++
+	c.peak = max(c.peak, c.qlen)
 	if g.msg == 'S' || g.msg == 'Q' {
 		c.syncs++
 	}
@@ -184,7 +195,43 @@ func (c *session) pushChange(g reply, ch change) {
 	c.changes = append(c.changes, ch)
 	g.chg = int32(len(c.changes) - 1)
 	c.qmu.Unlock()
+	if ch.what == 'P' || ch.what == 's' {
+		c.segStmts[ch.name] = g.chg
+	} else {
+		c.segPortals[ch.name] = g.chg
+	}
 	c.push(g)
+}
+
+// maxOutstanding bounds the messages sent to the server whose replies are
+// not all in. Past it the client's reader waits, as a client of the
+// database itself would block on a full socket: without it a client that
+// sends small messages (a Sync is 5 bytes) and reads no answer would grow
+// the queue by a reply entry for each, about 20 times what it sent.
+const maxOutstanding = 1 << 14
+
+// room waits, before C2S handles a client message at maxOutstanding, until
+// the queue is down to half that. It flushes first, so that the server has every
+// message whose answer would make room.
+func (c *session) room() error {
+	c.qmu.Lock()
+	full := c.qlen >= maxOutstanding
+	c.qmu.Unlock()
+	if !full {
+		return nil
+	}
+	if err := c.sw.Flush(); err != nil {
+		return err
+	}
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	for c.qlen > maxOutstanding/2 && !c.dead { // half: not one wake-up per reply
+		c.qcond.Wait()
+	}
+	if c.dead {
+		return errClosed
+	}
+	return nil
 }
 
 // pop removes the queue's front; under qmu.
@@ -196,6 +243,9 @@ func (c *session) pop() {
 	*g = reply{}
 	c.qhead = (c.qhead + 1) % len(c.q)
 	c.qlen--
+	if c.qlen == maxOutstanding/2 {
+		c.qcond.Broadcast() // room
+	}
 }
 
 // front returns the queue's front, first dropping what the server skips

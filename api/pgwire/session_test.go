@@ -277,3 +277,85 @@ func TestSessionState(t *testing.T) {
 		t.Fatalf("got %d, %v, want 42 from a SQL prepared statement", v, err)
 	}
 }
+
+// TestTempTablesAndShow: temporary tables live as long as the session, as
+// in a direct one; SHOW fencegate.token and fencegate.fence answer what
+// the connection writes with, inside a transaction too; only as a simple
+// query.
+func TestTempTablesAndShow(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	if _, err := pgServer.RuntimeRole(ctx, "temp_user"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.admin.Exec(ctx, "GRANT TEMPORARY ON DATABASE postgres TO temp_user"); err != nil {
+		t.Fatal(err)
+	}
+	tok, _ := e.lead(t, "scratch")
+	c, err := pgx.Connect(ctx, e.dsn("temp_user", "scratch", tok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close(ctx)
+	for _, sql := range []string{
+		"CREATE TEMP TABLE notes (v int)",
+		"INSERT INTO notes VALUES (1), (2)",
+		"BEGIN",
+		"CREATE TEMP TABLE gone (v int) ON COMMIT DROP",
+		"INSERT INTO gone SELECT v FROM notes",
+		"COMMIT",
+	} {
+		if _, err := c.Exec(ctx, sql); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	var n int
+	if err := c.QueryRow(ctx, "SELECT count(*) FROM notes").Scan(&n); err != nil || n != 2 {
+		t.Fatalf("got %d rows in the temporary table (%v), want 2 from the earlier transactions", n, err)
+	}
+	if _, err := c.Exec(ctx, "SELECT * FROM gone"); err == nil {
+		t.Fatal("the ON COMMIT DROP table outlived its transaction")
+	}
+
+	show := func(setting string) string {
+		t.Helper()
+		var v string
+		if err := c.QueryRow(ctx, "SHOW "+setting, pgx.QueryExecModeSimpleProtocol).Scan(&v); err != nil {
+			t.Fatalf("SHOW %s: %v", setting, err)
+		}
+		return v
+	}
+	if got, want := show("fencegate.token"), fmt.Sprint(tok); got != want {
+		t.Errorf("SHOW fencegate.token: got %q, want %q", got, want)
+	}
+	if got := show("fencegate.fence"); got != "scratch" {
+		t.Errorf("SHOW fencegate.fence: got %q, want scratch", got)
+	}
+	if _, err := c.Exec(ctx, fmt.Sprintf("SET fencegate.token = %d", tok+1)); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := show("fencegate.token"), fmt.Sprint(tok+1); got != want {
+		t.Errorf("SHOW fencegate.token after SET: got %q, want %q", got, want)
+	}
+	if _, err := c.Exec(ctx, fmt.Sprintf("SET fencegate.token = %d", tok)); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO notes VALUES (3)"); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := show("fencegate.token"), fmt.Sprint(tok); got != want {
+		t.Errorf("SHOW fencegate.token in a transaction: got %q, want %q", got, want)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("commit after SHOW: %v", err)
+	}
+	var s string
+	err = c.QueryRow(ctx, "SHOW fencegate.token").Scan(&s)
+	wantCode(t, err, "FG006")
+	err = c.QueryRow(ctx, "SHOW fencegate.token; SELECT 1", pgx.QueryExecModeSimpleProtocol).Scan(&s)
+	wantCode(t, err, "FG006")
+}

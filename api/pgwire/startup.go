@@ -243,7 +243,7 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 			principal = p
 		}
 	}
-	sess.ctx = policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()})
+	sess.ctx = proxy.WithProtocol(policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()}), proxy.ProtocolPgwire)
 	return sess, nil
 }
 
@@ -531,6 +531,7 @@ func newSession(s *Server, client, server net.Conn) *session {
 		cw: bufio.NewWriterSize(client, bufSize), sw: bufio.NewWriterSize(server, bufSize),
 		out: make([]byte, 0, 256), segStart: true,
 		stmts: map[string]*verdict{}, portals: map[string]*verdict{},
+		segStmts: map[string]int32{}, segPortals: map[string]int32{},
 	}
 	c.qcond.L = &c.qmu
 	return c

@@ -153,6 +153,13 @@ func TestREADMEWalkthrough(t *testing.T) {
 				}
 			}
 		}
+		// It names the way the write came in: the walkthrough's zombies
+		// write over HTTP and through the PostgreSQL listener.
+		for _, p := range []string{"http", "pgwire"} {
+			if logLine(out.devLog, `msg="write refused"`, "reason=STALE_TOKEN", " protocol="+p+" ") == "" {
+				t.Errorf("fencegate dev logged no STALE_TOKEN refusal with protocol=%s:\n%s", p, out.devLog)
+			}
+		}
 	})
 	t.Run("without the PostgreSQL part", func(t *testing.T) {
 		var some []readmeBlock

@@ -387,8 +387,15 @@ func TestSecureServe(t *testing.T) {
 			t.Fatalf("serve: %v", err)
 		}
 		recs := readAudit(t, auditFile)
-		var accepted, refused int
+		var accepted, refused, overGRPC int
 		for _, r := range recs {
+			switch r["protocol"] {
+			case "grpc":
+				overGRPC++
+			case "http":
+			default:
+				t.Errorf("record %v: protocol %v, want grpc or http", r, r["protocol"])
+			}
 			switch {
 			case r["outcome"] == "accepted" && r["principal"] == "spiffe://test/a/alice" && r["fence"] == "a" && r["role"] == "a_writer":
 				accepted++
@@ -409,6 +416,9 @@ func TestSecureServe(t *testing.T) {
 		}
 		if accepted == 0 || refused == 0 {
 			t.Errorf("audit log of %d records: %d accepted writes of alice to a, %d refusals of alice on b; want both > 0", len(recs), accepted, refused)
+		}
+		if overGRPC == 0 {
+			t.Errorf("audit log of %d records: none with protocol grpc, want the gRPC writes' records", len(recs))
 		}
 	})
 

@@ -98,7 +98,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	defer etcd.Close()
 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	opts := proxy.Options{Logger: log, Registerer: reg}
+	opts := proxy.Options{Logger: log, Registerer: reg, Protocol: api.ProtocolOf}
 	var pg *postgres.Backend
 	if cfg.PostgresDSN != "" {
 		pg, err = postgres.Open(ctx, cfg.PostgresDSN, cfg.Postgres)

@@ -36,7 +36,9 @@ type Record struct {
 	HighWaterBefore uint64    `json:"high_water_before"`
 	HighWaterAfter  uint64    `json:"high_water_after"`
 	Backend         string    `json:"backend"`
-	Role            string    `json:"role,omitempty"`
+	// Protocol is the way the request came in: grpc, http, pgwire or resp.
+	Protocol string `json:"protocol,omitempty"`
+	Role     string `json:"role,omitempty"`
 	// Outcome is "accepted" or the refusal reason, e.g. "STALE_TOKEN".
 	Outcome string `json:"outcome"`
 	Rows    int64  `json:"rows_affected"`

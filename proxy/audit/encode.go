@@ -34,6 +34,10 @@ func appendRecord(b []byte, r *Record) []byte {
 	b = strconv.AppendUint(b, r.HighWaterAfter, 10)
 	b = append(b, `,"backend":`...)
 	b = appendString(b, r.Backend)
+	if r.Protocol != "" {
+		b = append(b, `,"protocol":`...)
+		b = appendString(b, r.Protocol)
+	}
 	if r.Role != "" {
 		b = append(b, `,"role":`...)
 		b = appendString(b, r.Role)

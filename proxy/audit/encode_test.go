@@ -42,6 +42,7 @@ func sampleRecord() Record {
 		HighWaterBefore: 41,
 		HighWaterAfter:  1<<64 - 1,
 		Backend:         "postgres",
+		Protocol:        "pgwire",
 		Role:            "billing_writer",
 		Outcome:         "accepted",
 		Rows:            -1,
@@ -60,11 +61,11 @@ func TestAppendRecordIsJSON(t *testing.T) {
 		{Time: time.Date(2026, 1, 1, 0, 0, 0, 0, zone), Rows: 1 << 62},
 	}
 	for _, s := range hostile {
-		for field := range 9 {
+		for field := range 10 {
 			r := sampleRecord()
 			fields := []*string{
 				&r.RequestID, &r.Principal, &r.Peer, &r.Action, &r.Fence,
-				&r.Backend, &r.Role, &r.Outcome, &r.Statements,
+				&r.Backend, &r.Role, &r.Outcome, &r.Statements, &r.Protocol,
 			}
 			*fields[field] = s
 			records = append(records, r)

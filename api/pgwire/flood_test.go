@@ -1,0 +1,121 @@
+package pgwire_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"io"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/api/pgwire"
+)
+
+// hijack connects through the listener and takes the raw connection, past
+// startup, for a client that speaks the protocol by hand.
+func (e *env) hijack(t *testing.T, fence string, token uint64) net.Conn {
+	t.Helper()
+	c := e.connect(t, fence, token)
+	hc, err := c.PgConn().Hijack()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hc.Conn.Close() })
+	return hc.Conn
+}
+
+// readMessages reads n messages and returns their types.
+func readMessages(t *testing.T, r *bufio.Reader, n int) []byte {
+	t.Helper()
+	types := make([]byte, 0, n)
+	var hdr [5]byte
+	for len(types) < n {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			t.Fatalf("after %d messages: %v", len(types), err)
+		}
+		if _, err := r.Discard(int(binary.BigEndian.Uint32(hdr[1:])) - 4); err != nil {
+			t.Fatal(err)
+		}
+		types = append(types, hdr[0])
+	}
+	return types
+}
+
+// TestFloodOfSyncsBounded: a client that sends many small messages and
+// reads no answer makes fencegate wait, as the database would, instead of
+// queueing a reply entry per message; every answer still comes, in order.
+func TestFloodOfSyncsBounded(t *testing.T) {
+	e := newEnv(t, pgwire.Config{})
+	tok, _ := e.lead(t, "flood")
+	conn := e.hijack(t, "flood", tok)
+	const syncs = 1 << 19 // 2.5 MiB
+	wrote := make(chan error, 1)
+	go func() {
+		chunk := bytes.Repeat([]byte{'S', 0, 0, 0, 4}, syncs/16)
+		for range 16 {
+			if _, err := conn.Write(chunk); err != nil {
+				wrote <- err
+				return
+			}
+		}
+		wrote <- nil
+	}()
+	time.Sleep(time.Second) // the answers pile up unread
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	types := readMessages(t, bufio.NewReaderSize(conn, 1<<16), syncs)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	for i, ty := range types {
+		if ty != 'Z' {
+			t.Fatalf("answer %d is %q, want ReadyForQuery for every Sync", i, ty)
+		}
+	}
+	conn.Close()
+	for deadline := time.Now().Add(10 * time.Second); e.srv.PeakQueued() == 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not end")
+		}
+	}
+	// A Sync's entry leaves the queue when its ReadyForQuery is read;
+	// without the bound the queue held 106009 to 119294 of them here.
+	if got, bound := e.srv.PeakQueued(), int64(pgwire.MaxOutstanding); got > bound {
+		t.Fatalf("the queue held %d requests, want at most %d", got, bound)
+	}
+}
+
+// TestManyParsesWithoutSync: a segment may make or close at most 2^18
+// statements and portals before its Sync; past that the segment is refused
+// with FG006 and the connection goes on.
+func TestManyParsesWithoutSync(t *testing.T) {
+	e := newEnv(t, pgwire.Config{})
+	tok, _ := e.lead(t, "parses")
+	conn := e.hijack(t, "parses", tok)
+	const n = 1<<18 + 1
+	parse := []byte{'P', 0, 0, 0, 16, 0}
+	parse = append(append(parse, "SELECT 1"...), 0, 0, 0)
+	go func() {
+		w := bufio.NewWriterSize(conn, 1<<16)
+		for range n {
+			_, _ = w.Write(parse)
+		}
+		_, _ = w.Write([]byte{'S', 0, 0, 0, 4, 'Q', 0, 0, 0, 13, 'S', 'E', 'L', 'E', 'C', 'T', ' ', '1', 0})
+		_ = w.Flush()
+	}()
+	_ = conn.SetDeadline(time.Now().Add(90 * time.Second))
+	r := bufio.NewReaderSize(conn, 1<<16)
+	types := readMessages(t, r, n-1+2)
+	for i, ty := range types[:n-1] {
+		if ty != '1' {
+			t.Fatalf("answer %d is %q, want ParseComplete", i, ty)
+		}
+	}
+	if got := string(types[n-1:]); got != "EZ" {
+		t.Fatalf("after %d ParseCompletes got %q, want the refusal and ReadyForQuery", n-1, got)
+	}
+	// The next query runs: the connection is fine.
+	if got := string(readMessages(t, r, 4)); got != "TDCZ" {
+		t.Fatalf("the query after the refused segment got %q, want a row and ReadyForQuery", got)
+	}
+}

@@ -679,8 +679,14 @@ func (g *Gateway) Fences(ctx context.Context) ([]FenceState, error) {
 	return out, nil
 }
 
-// Ready reports whether every configured backend answers.
+// Ready reports whether every configured backend answers and the audit
+// log, if any, is not stuck on a write.
 func (g *Gateway) Ready(ctx context.Context) error {
+	if r, ok := g.audit.(interface{ Ready() error }); ok {
+		if err := r.Ready(); err != nil {
+			return err
+		}
+	}
 	if g.pg != nil {
 		if err := g.pg.Ping(ctx); err != nil {
 			return fmt.Errorf("postgres: %w", err)

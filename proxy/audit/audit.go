@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -57,7 +58,13 @@ type Options struct {
 	// Buffer is how many records may be queued for the writer; zero means
 	// DefaultBuffer.
 	Buffer int
+	// StuckAfter is how long one write to the file may take before Ready
+	// reports the log stuck; zero means DefaultStuckAfter.
+	StuckAfter time.Duration
 }
+
+// DefaultStuckAfter is Options.StuckAfter when zero.
+const DefaultStuckAfter = 5 * time.Second
 
 // Log is an open audit log. Its methods may be called from any goroutine.
 type Log struct {
@@ -74,6 +81,11 @@ type Log struct {
 	reopen chan chan error
 	done   chan struct{}
 	err    error // Close's result, set before done is closed
+
+	// writing is when the write to the file in progress began (Unix
+	// nanoseconds), 0 when none is.
+	writing    atomic.Int64
+	stuckAfter time.Duration
 
 	// Owned by the writer goroutine.
 	f       *os.File
@@ -98,12 +110,13 @@ func Open(path string, opts Options) (*Log, error) {
 		opts.Buffer = DefaultBuffer
 	}
 	l := &Log{
-		path:   path,
-		log:    opts.Logger,
-		queue:  make(chan Record, opts.Buffer),
-		reopen: make(chan chan error),
-		done:   make(chan struct{}),
-		out:    make([]byte, 0, flushSize+4096),
+		path:       path,
+		log:        opts.Logger,
+		queue:      make(chan Record, opts.Buffer),
+		reopen:     make(chan chan error),
+		done:       make(chan struct{}),
+		out:        make([]byte, 0, flushSize+4096),
+		stuckAfter: opts.StuckAfter,
 		m: metrics{
 			records: prometheus.NewCounter(prometheus.CounterOpts{
 				Name: "fencegate_audit_records_total",
@@ -125,6 +138,9 @@ func Open(path string, opts Options) (*Log, error) {
 	}
 	if l.log == nil {
 		l.log = slog.New(slog.DiscardHandler)
+	}
+	if l.stuckAfter <= 0 {
+		l.stuckAfter = DefaultStuckAfter
 	}
 	f, err := openFile(path)
 	if err != nil {
@@ -176,6 +192,18 @@ func (l *Log) Write(r *Record) {
 		l.queue <- rec
 		l.m.blockedSeconds.Add(time.Since(start).Seconds())
 	}
+}
+
+// Ready reports an error while one write to the file has taken longer
+// than Options.StuckAfter (a hung disk or network file system): requests
+// then wait for the audit queue, so the replica should not be sent more.
+func (l *Log) Ready() error {
+	if s := l.writing.Load(); s != 0 {
+		if d := time.Since(time.Unix(0, s)); d > l.stuckAfter {
+			return fmt.Errorf("audit log %s: one write has taken %s; %d records wait for it", l.path, d.Round(time.Second), len(l.queue))
+		}
+	}
+	return nil
 }
 
 // Reopen closes the file and opens path again, for logrotate: records
@@ -278,7 +306,9 @@ func (l *Log) flush() {
 		}
 		l.torn = false
 	}
+	l.writing.Store(time.Now().UnixNano())
 	n, err := l.f.Write(l.out)
+	l.writing.Store(0)
 	if err != nil {
 		l.fail(n, err)
 		return

@@ -6,11 +6,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -371,5 +373,52 @@ func BenchmarkWrite(b *testing.B) {
 	})
 	if err := l.Close(); err != nil {
 		b.Fatal(err)
+	}
+}
+
+// TestReadyWhileAWriteHangs: a write to the file that does not return (a
+// FIFO nobody reads, as a hung disk would) makes Ready report the log
+// stuck after StuckAfter, and ready again once the write went through.
+func TestReadyWhileAWriteHangs(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "audit.fifo")
+	if err := syscall.Mkfifo(path, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A reader, so that opening for writing does not wait; it reads
+	// nothing until the end.
+	r, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := Open(path, Options{Buffer: 4, StuckAfter: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Ready(); err != nil {
+		t.Fatalf("a fresh log: got %v, want ready", err)
+	}
+	big := record(0)
+	big.Principal = strings.Repeat("p", 1<<17) // more than the pipe holds
+	done := make(chan struct{})
+	go func() { defer close(done); l.Write(big) }()
+	<-done // queued; the writer hangs on the pipe
+	deadline := time.Now().Add(10 * time.Second)
+	for l.Ready() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("Ready kept reporting ready while a write hung for 10s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if err := l.Ready(); !strings.Contains(err.Error(), "one write has taken") {
+		t.Fatalf("got %v, want the stuck write named", err)
+	}
+	// The disk comes back: drain the pipe.
+	drained := make(chan struct{})
+	go func() { defer close(drained); _, _ = io.Copy(io.Discard, r) }()
+	defer func() { l.Close(); r.Close(); <-drained }()
+	for deadline = time.Now().Add(10 * time.Second); l.Ready() != nil; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("still not ready 10s after the pipe drained: %v", l.Ready())
+		}
 	}
 }

@@ -123,6 +123,8 @@ type replicaConfig struct {
 	watch bool
 	proxy proxy.Config
 	http  api.HTTPServerConfig
+	// routes, when set, route fences to term sources as --term-sources does.
+	routes []election.Route
 }
 
 func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
@@ -158,7 +160,11 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	reg := prometheus.NewRegistry()
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
-	gw, err := proxy.New(rc.proxy, proxy.Options{Terms: w, Postgres: pg, Redis: rd, Logger: log, Registerer: reg})
+	var terms proxy.Terms = w
+	if len(rc.routes) > 0 {
+		terms = election.NewRouter(w, rc.routes)
+	}
+	gw, err := proxy.New(rc.proxy, proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg})
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
@@ -32,6 +33,8 @@ type serveConfig struct {
 	// PgListenAddr is the PostgreSQL wire-protocol listener; off when
 	// empty.
 	PgListenAddr    string
+	TermSources     string
+	routes          []election.Route
 	HTTPAddr        string
 	PprofAddr       string
 	LogFormat       string
@@ -70,6 +73,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client endpoints")
 	fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", c.EtcdDialTimeout, "how long to wait for etcd at start")
 	fs.StringVar(&c.ElectionPrefix, "election-prefix", c.ElectionPrefix, "elections live under `<prefix>`/<name>/")
+	fs.StringVar(&c.TermSources, "term-sources", c.TermSources, "comma-separated `PATTERN=KIND`: the fences PATTERN names (exact, or a prefix ending in *) take their terms from KIND, etcd (the default for every fence) or monotonic (no election visible: only the high-water rule, see README)")
 	if backends {
 		fs.StringVar(&c.PostgresDSN, "postgres-dsn", c.PostgresDSN, "PostgreSQL connection string; enables /sql. Its role must be a member of fencegate_runtime (fencegate migrate --runtime-role), not a superuser")
 		fs.StringVar(&c.PostgresMigrateDSN, "postgres-migrate-dsn", c.PostgresMigrateDSN, "an admin's PostgreSQL connection string to apply fencegate's schema with at start, granting it to --postgres-dsn's role (default: only check that fencegate migrate was run)")
@@ -140,6 +144,11 @@ func (c *serveConfig) validate() error {
 	if strings.TrimSpace(c.EtcdEndpoints) == "" {
 		return errors.New("--etcd-endpoints is empty")
 	}
+	routes, err := election.ParseRoutes(c.TermSources)
+	if err != nil {
+		return fmt.Errorf("--term-sources: %w", err)
+	}
+	c.routes = routes
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	}

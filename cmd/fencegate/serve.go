@@ -162,6 +162,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	}
 
 	opts.Terms = watcher
+	if len(cfg.routes) > 0 {
+		opts.Terms = election.NewRouter(watcher, cfg.routes)
+	}
 	gw, err := proxy.New(cfg.Proxy, opts)
 	if err != nil {
 		return err
@@ -322,7 +325,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		pgAddr = pgLis.Addr().String()
 	}
 	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "pg", pgAddr,
-		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix,
+		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix, "term_sources", cfg.TermSources,
 		"postgres", opts.Postgres != nil, "redis", opts.Redis != nil, "tls", sec.tls != nil,
 		"authentication", opts.AuthRequired, "policy", cfg.Security.PolicyFile, "policy_mode", cfg.Security.PolicyMode,
 		"version", version())

@@ -1,0 +1,182 @@
+package election
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+)
+
+// The kinds of term source a fence may be guarded by.
+const (
+	// SourceEtcd: an etcd election fencegate watches (the default).
+	SourceEtcd = "etcd"
+	// SourceMonotonic: an election fencegate cannot see (a Kubernetes
+	// Lease's leaseTransitions, a Raft term, any counter). Only the
+	// high-water rule applies.
+	SourceMonotonic = "monotonic"
+)
+
+// Source is where a fence's terms come from: what tokens.TermSource asks
+// of one, and the terms it knows.
+type Source interface {
+	Term(name string) Term
+	Verify(ctx context.Context, name string, token int64) (Term, bool, error)
+	Terms() []Term
+}
+
+// Route names the source of the fences Pattern matches: a fence name, or
+// a prefix ending in '*'.
+type Route struct {
+	Pattern string
+	Kind    string
+}
+
+// ParseRoutes parses a comma-separated list of PATTERN=KIND, e.g.
+// "lease-*=monotonic,raft=monotonic".
+func ParseRoutes(s string) ([]Route, error) {
+	var routes []Route
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		pat, kind, ok := strings.Cut(part, "=")
+		if !ok || pat == "" {
+			return nil, fmt.Errorf("election: term source %q: want PATTERN=KIND, e.g. lease-*=monotonic", part)
+		}
+		if i := strings.IndexByte(pat, '*'); i >= 0 && i != len(pat)-1 {
+			return nil, fmt.Errorf("election: term source %q: '*' only at the end of a pattern", part)
+		}
+		switch kind {
+		case SourceEtcd, SourceMonotonic:
+		default:
+			return nil, fmt.Errorf("election: term source %q: unknown kind %q (want %s or %s)", part, kind, SourceEtcd, SourceMonotonic)
+		}
+		routes = append(routes, Route{Pattern: pat, Kind: kind})
+	}
+	return routes, nil
+}
+
+func (r Route) matches(name string) bool {
+	if p, ok := strings.CutSuffix(r.Pattern, "*"); ok {
+		return strings.HasPrefix(name, p)
+	}
+	return name == r.Pattern
+}
+
+// Router is the term source of every fence: each asks the source of the
+// first route that matches it, else the etcd watcher.
+type Router struct {
+	etcd   Source
+	routes []Route
+	srcs   []Source // of routes, by index
+	mono   *Monotonic
+}
+
+// NewRouter routes fences to etcd (the watcher) or a Monotonic source of
+// its own, by routes in order.
+func NewRouter(etcd Source, routes []Route) *Router {
+	r := &Router{etcd: etcd, routes: routes, mono: NewMonotonic()}
+	for _, rt := range routes {
+		src := etcd
+		if rt.Kind == SourceMonotonic {
+			src = r.mono
+		}
+		r.srcs = append(r.srcs, src)
+	}
+	return r
+}
+
+func (r *Router) source(name string) Source {
+	for i := range r.routes {
+		if r.routes[i].matches(name) {
+			return r.srcs[i]
+		}
+	}
+	return r.etcd
+}
+
+// KindOf names the source of fence name.
+func (r *Router) KindOf(name string) string {
+	for i := range r.routes {
+		if r.routes[i].matches(name) {
+			return r.routes[i].Kind
+		}
+	}
+	return SourceEtcd
+}
+
+// Term is the source's term of election name.
+func (r *Router) Term(name string) Term { return r.source(name).Term(name) }
+
+// Verify asks the source of election name.
+func (r *Router) Verify(ctx context.Context, name string, token int64) (Term, bool, error) {
+	return r.source(name).Verify(ctx, name, token)
+}
+
+// Terms are the etcd elections and the monotonic fences' terms, by name;
+// an etcd election whose name a monotonic route takes is left out.
+func (r *Router) Terms() []Term {
+	var out []Term
+	for _, t := range r.etcd.Terms() {
+		if r.source(t.Election) == r.etcd {
+			out = append(out, t)
+		}
+	}
+	out = append(out, r.mono.Terms()...)
+	slices.SortFunc(out, func(a, b Term) int { return strings.Compare(a.Election, b.Election) })
+	return out
+}
+
+// Monotonic is the source of fences whose elections fencegate cannot
+// see. Any token at or above the fence's high-water mark is taken: its
+// term is the highest token verified so far, so a token below it is
+// refused without a round trip, and a higher one is admitted as a new
+// term (Verify holds it). Nothing ends a term (no TERM_ENDED), and a
+// forged high token fences out the real leader: the policy is what stands
+// against forgery.
+type Monotonic struct {
+	mu    sync.RWMutex
+	terms map[string]int64
+}
+
+// NewMonotonic returns an empty Monotonic source.
+func NewMonotonic() *Monotonic { return &Monotonic{terms: map[string]int64{}} }
+
+// Term is the highest token verified for name; the zero Term before any.
+func (m *Monotonic) Term(name string) Term {
+	m.mu.RLock()
+	rev := m.terms[name]
+	m.mu.RUnlock()
+	return monotonicTerm(name, rev)
+}
+
+// Verify takes token as name's term if it is above the one known.
+func (m *Monotonic) Verify(_ context.Context, name string, token int64) (Term, bool, error) {
+	m.mu.Lock()
+	rev := max(m.terms[name], token)
+	m.terms[name] = rev
+	m.mu.Unlock()
+	return monotonicTerm(name, rev), true, nil
+}
+
+// Terms are the fences' terms, by name.
+func (m *Monotonic) Terms() []Term {
+	m.mu.RLock()
+	out := make([]Term, 0, len(m.terms))
+	for name, rev := range m.terms {
+		out = append(out, monotonicTerm(name, rev))
+	}
+	m.mu.RUnlock()
+	slices.SortFunc(out, func(a, b Term) int { return strings.Compare(a.Election, b.Election) })
+	return out
+}
+
+func monotonicTerm(name string, rev int64) Term {
+	if rev == 0 {
+		return Term{Election: name}
+	}
+	return Term{Election: name, Rev: rev, Last: rev}
+}

@@ -1,0 +1,89 @@
+package election
+
+import (
+	"context"
+	"strings"
+	"testing"
+)
+
+func TestParseRoutes(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []Route
+		wantErr string
+	}{
+		{"", nil, ""},
+		{"lease-*=monotonic, raft=monotonic,jobs=etcd", []Route{{"lease-*", "monotonic"}, {"raft", "monotonic"}, {"jobs", "etcd"}}, ""},
+		{"lease-*", nil, "want PATTERN=KIND"},
+		{"=monotonic", nil, "want PATTERN=KIND"},
+		{"a*b=monotonic", nil, "'*' only at the end"},
+		{"jobs=zookeeper", nil, `unknown kind "zookeeper"`},
+	}
+	for _, tt := range tests {
+		got, err := ParseRoutes(tt.in)
+		switch {
+		case tt.wantErr != "":
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("ParseRoutes(%q): got error %v, want one containing %q", tt.in, err, tt.wantErr)
+			}
+		case err != nil:
+			t.Errorf("ParseRoutes(%q): %v", tt.in, err)
+		case len(got) != len(tt.want):
+			t.Errorf("ParseRoutes(%q): got %v, want %v", tt.in, got, tt.want)
+		default:
+			for i := range got {
+				if got[i] != tt.want[i] {
+					t.Errorf("ParseRoutes(%q)[%d]: got %v, want %v", tt.in, i, got[i], tt.want[i])
+				}
+			}
+		}
+	}
+}
+
+// fixed is a Source that knows one term of every election.
+type fixed struct{ rev int64 }
+
+func (f fixed) Term(name string) Term { return Term{Election: name, Rev: f.rev, Last: f.rev} }
+func (f fixed) Verify(_ context.Context, name string, _ int64) (Term, bool, error) {
+	return f.Term(name), false, nil
+}
+func (f fixed) Terms() []Term { return []Term{f.Term("jobs"), f.Term("lease-x")} }
+
+func TestRouter(t *testing.T) {
+	routes, err := ParseRoutes("lease-keep=etcd,lease-*=monotonic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := NewRouter(fixed{rev: 3}, routes)
+	for name, want := range map[string]string{"jobs": "etcd", "lease-keep": "etcd", "lease-a": "monotonic", "lease-": "monotonic", "leas": "etcd"} {
+		if got := r.KindOf(name); got != want {
+			t.Errorf("KindOf(%q): got %s, want %s", name, got, want)
+		}
+	}
+	if got := r.Term("lease-a"); got.HasLeader() {
+		t.Fatalf("a monotonic fence before any token: got %+v, want no term", got)
+	}
+	ctx := context.Background()
+	for _, step := range []struct {
+		token, want int64
+	}{{5, 5}, {9, 9}, {7, 9}} {
+		got, held, err := r.Verify(ctx, "lease-a", step.token)
+		if err != nil || !held || got.Rev != step.want {
+			t.Fatalf("Verify(lease-a, %d): got %+v, %v, %v; want term %d, held", step.token, got, held, err, step.want)
+		}
+	}
+	if got := r.Term("lease-a").Rev; got != 9 {
+		t.Fatalf("Term(lease-a) after tokens 5, 9, 7: got %d, want 9 (terms never go down)", got)
+	}
+	if got := r.Term("jobs").Rev; got != 3 {
+		t.Fatalf("Term(jobs): got %d, want etcd's 3", got)
+	}
+	var names []string
+	for _, tm := range r.Terms() {
+		names = append(names, tm.Election)
+	}
+	// lease-x is etcd's, but a monotonic route takes its name: left out.
+	if got := strings.Join(names, ","); got != "jobs,lease-a" {
+		t.Fatalf("Terms: got %s, want jobs,lease-a", got)
+	}
+}

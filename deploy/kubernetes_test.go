@@ -595,4 +595,3 @@ func secretKeys(o *objects, name string) (map[string]bool, bool) {
 	}
 	return nil, false
 }
-

@@ -1,7 +1,6 @@
 package deploy_test
 
 import (
-	"fmt"
 	"net"
 	"os/exec"
 	"regexp"
@@ -12,55 +11,66 @@ import (
 
 var helpFlag = regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
 
-var serveHelp struct {
-	once  sync.Once
-	flags map[string]bool
-	err   error
-}
+var helps = struct {
+	sync.Mutex
+	flags map[string]map[string]bool
+}{flags: map[string]map[string]bool{}}
 
-// serveFlags is the set of flags `fencegate serve --help` lists, of the
-// fencegate this tree builds.
-func serveFlags(t *testing.T) map[string]bool {
+// commandFlags is the set of flags `fencegate <command> --help` lists, of
+// the fencegate this tree builds.
+func commandFlags(t *testing.T, command string) map[string]bool {
 	t.Helper()
 	bin := fencegateBinary(t)
-	serveHelp.once.Do(func() {
-		out, err := exec.Command(bin, "serve", "--help").CombinedOutput()
-		if err != nil {
-			serveHelp.err = fmt.Errorf("fencegate serve --help: %v\n%s", err, out)
-			return
-		}
-		serveHelp.flags = map[string]bool{}
-		for _, m := range helpFlag.FindAllStringSubmatch(string(out), -1) {
-			serveHelp.flags[m[1]] = true
-		}
-		if len(serveHelp.flags) < 10 || !serveHelp.flags["etcd-endpoints"] {
-			serveHelp.err = fmt.Errorf("fencegate serve --help: got flags %v, want etcd-endpoints and the others", serveHelp.flags)
-		}
-	})
-	if serveHelp.err != nil {
-		t.Fatal(serveHelp.err)
+	helps.Lock()
+	defer helps.Unlock()
+	if f, ok := helps.flags[command]; ok {
+		return f
 	}
-	return serveHelp.flags
+	out, err := exec.Command(bin, command, "--help").CombinedOutput()
+	if err != nil {
+		t.Fatalf("fencegate %s --help: %v\n%s", command, err, out)
+	}
+	flags := map[string]bool{}
+	for _, m := range helpFlag.FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if !flags["postgres-dsn"] {
+		t.Fatalf("fencegate %s --help: got flags %v, want --postgres-dsn among them", command, flags)
+	}
+	helps.flags[command] = flags
+	return flags
+}
+
+// serveFlags is commandFlags(t, "serve").
+func serveFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	return commandFlags(t, "serve")
 }
 
 // serveArgs is the flags of a `fencegate serve` command line, by name
 // (values "" for a flag without one). Bad arguments are test errors.
 func serveArgs(t *testing.T, where string, args []string, flags map[string]bool) map[string]string {
 	t.Helper()
-	if len(args) == 0 || args[0] != "serve" {
-		t.Errorf("%s: got command line %q, want it to start with serve", where, args)
+	return commandArgs(t, where, "serve", args, flags)
+}
+
+// commandArgs is serveArgs for any fencegate command.
+func commandArgs(t *testing.T, where, command string, args []string, flags map[string]bool) map[string]string {
+	t.Helper()
+	if len(args) == 0 || args[0] != command {
+		t.Errorf("%s: got command line %q, want it to start with %s", where, args, command)
 		return nil
 	}
 	got := map[string]string{}
 	for _, a := range args[1:] {
 		name, val, _ := strings.Cut(a, "=")
 		if !strings.HasPrefix(name, "-") {
-			t.Errorf("%s: argument %q: want only flags after serve", where, a)
+			t.Errorf("%s: argument %q: want only flags after %s", where, a, command)
 			continue
 		}
 		name = strings.TrimLeft(name, "-")
 		if !flags[name] {
-			t.Errorf("%s: flag --%s: fencegate serve has no such flag", where, name)
+			t.Errorf("%s: flag --%s: fencegate %s has no such flag", where, name, command)
 		}
 		got[name] = val
 	}
@@ -83,7 +93,7 @@ func checkEnv(t *testing.T, where string, vars []string, flags map[string]bool) 
 			continue
 		}
 		if !flags[f] {
-			t.Errorf("%s: %s: fencegate serve has no flag --%s for it", where, v, f)
+			t.Errorf("%s: %s: fencegate has no flag --%s for it", where, v, f)
 		}
 	}
 }

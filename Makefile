@@ -78,6 +78,26 @@ $(GRPCURL):
 build: ## Build the binaries into bin/, stamped with VERSION and COMMIT.
 	$(GO) build -ldflags '$(LDFLAGS)' -o bin/ ./cmd/...
 
+# The container image's binary (deploy/container/Dockerfile runs this
+# target): fencegate alone, with the same LDFLAGS as build, linked
+# statically. Not CGO_ENABLED=0: the SQL checks use PostgreSQL's own parser
+# (pg_query, in C); netgo and osusergo keep the C library's resolver and
+# user lookup, which cannot be linked statically, out of it.
+STATIC_OUT  ?= bin/static
+STATIC_TAGS := netgo,osusergo
+
+.PHONY: build-static
+build-static: ## Build $(STATIC_OUT)/fencegate statically linked, as the container image does.
+	CGO_ENABLED=1 $(GO) build -trimpath -tags '$(STATIC_TAGS)' -ldflags '$(LDFLAGS) -linkmode=external -extldflags=-static' -o $(STATIC_OUT)/fencegate ./cmd/fencegate
+
+# `make image` needs a container engine (docker, or DOCKER=podman).
+DOCKER ?= docker
+IMAGE  ?= fencegate:$(VERSION)
+
+.PHONY: image
+image: ## Build the container image $(IMAGE) from deploy/container/Dockerfile (needs docker or podman).
+	$(DOCKER) build -f deploy/container/Dockerfile --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
+
 .PHONY: test
 test: deps ## go vet, gofmt check, alert rule tests, go test -race, then the short chaos runs (PKGS=./tokens/ to narrow, RACE= to drop -race).
 	$(GO) vet $(PKGS)

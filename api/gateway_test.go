@@ -398,6 +398,7 @@ func TestMetricsAndHealth(t *testing.T) {
 		fmt.Sprintf(`fencegate_fence_high_water{fence=%q} %d`, fence, l.token),
 		fmt.Sprintf(`fencegate_election_term{election=%q} %d`, fence, l.token),
 		fmt.Sprintf(`fencegate_election_has_leader{election=%q} 1`, fence),
+		fmt.Sprintf(`fencegate_election_leader{election=%q,leader="worker-1"} 1`, fence),
 		fmt.Sprintf(`fencegate_term_changes_total{election=%q} 1`, fence),
 	} {
 		if !strings.Contains(body, want) {

@@ -30,8 +30,8 @@ type HTTPConfig struct {
 var jsonMarshaler = jsonbody.Codec{JSONPb: &runtime.JSONPb{MarshalOptions: protojson.MarshalOptions{EmitUnpopulated: true}}}
 
 // HTTPHandler serves the Gateway as HTTP/JSON under /v1/ (grpc-gateway,
-// registered in-process: no loopback gRPC hop) plus /healthz, /readyz and
-// /metrics.
+// registered in-process: no loopback gRPC hop), its OpenAPI document at
+// /v1/openapi.json, plus /healthz, /readyz and /metrics.
 func (s *Server) HTTPHandler(ctx context.Context, cfg HTTPConfig) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(headerMatcher),
@@ -43,6 +43,21 @@ func (s *Server) HTTPHandler(ctx context.Context, cfg HTTPConfig) (http.Handler,
 	}
 	mux := http.NewServeMux()
 	mux.Handle("/v1/", s.limitBody(gw))
+	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
+	registerOps(mux, cfg)
+	return mux, nil
+}
+
+// OpsHandler serves only /healthz, /readyz and /metrics, answering as
+// HTTPHandler does: for a plain-HTTP listener of their own that probes and
+// Prometheus reach without the client certificate the main port may want.
+func OpsHandler(cfg HTTPConfig) http.Handler {
+	mux := http.NewServeMux()
+	registerOps(mux, cfg)
+	return mux
+}
+
+func registerOps(mux *http.ServeMux, cfg HTTPConfig) {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte("ok\n"))
 	})
@@ -58,7 +73,6 @@ func (s *Server) HTTPHandler(ctx context.Context, cfg HTTPConfig) (http.Handler,
 	if cfg.Metrics != nil {
 		mux.Handle("GET /metrics", cfg.Metrics)
 	}
-	return mux, nil
 }
 
 // limitBody refuses bodies over the limit before grpc-gateway reads them.

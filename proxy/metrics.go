@@ -1,6 +1,8 @@
 package proxy
 
 import (
+	"strings"
+
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/proxy/policy"
@@ -147,7 +149,7 @@ func (m *Metrics) observe(backend int, fence string, reason tokens.Reason, secon
 type stateCollector struct {
 	g *Gateway
 
-	highWater, term, hasLeader, changes *prometheus.Desc
+	highWater, term, hasLeader, leader, changes *prometheus.Desc
 }
 
 func newStateCollector(g *Gateway) *stateCollector {
@@ -159,6 +161,8 @@ func newStateCollector(g *Gateway) *stateCollector {
 			"Current term of the election (leader key create revision); 0 when no leader.", []string{"election"}, nil),
 		hasLeader: prometheus.NewDesc("fencegate_election_has_leader",
 			"1 when the election has a leader, else 0.", []string{"election"}, nil),
+		leader: prometheus.NewDesc("fencegate_election_leader",
+			"1 for the election's current leader, by the value it campaigned with (at most 64 bytes of it); no series when there is no leader.", []string{"election", "leader"}, nil),
 		changes: prometheus.NewDesc("fencegate_term_changes_total",
 			"Leadership changes observed in the election (new leader or leader gone).", []string{"election"}, nil),
 	}
@@ -168,6 +172,7 @@ func (c *stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.highWater
 	ch <- c.term
 	ch <- c.hasLeader
+	ch <- c.leader
 	ch <- c.changes
 }
 
@@ -190,6 +195,22 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 		ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(t.Rev), t.Election)
 		ch <- prometheus.MustNewConstMetric(c.hasLeader, prometheus.GaugeValue, has, t.Election)
+		if t.HasLeader() {
+			ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, 1, t.Election, leaderLabel(t.Leader))
+		}
 		ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(t.Changes), t.Election)
 	}
+}
+
+// maxLeaderLabel bounds the leader label: a campaign value can be any
+// bytes, of any length.
+const maxLeaderLabel = 64
+
+// leaderLabel is a campaign value as a label value: valid UTF-8 (the
+// registry refuses anything else), at most maxLeaderLabel bytes.
+func leaderLabel(v string) string {
+	if len(v) > maxLeaderLabel {
+		v = v[:maxLeaderLabel]
+	}
+	return strings.ToValidUTF8(v, "\uFFFD")
 }

@@ -32,11 +32,14 @@ type serveConfig struct {
 	GRPCAddr  string
 	// PgListenAddr is the PostgreSQL wire-protocol listener; off when
 	// empty.
-	PgListenAddr    string
-	TermSources     string
-	routes          []election.Route
-	HTTPAddr        string
-	PprofAddr       string
+	PgListenAddr string
+	TermSources  string
+	routes       []election.Route
+	HTTPAddr     string
+	PprofAddr    string
+	// MetricsAddr is the plain-HTTP health and metrics listener; off
+	// when empty.
+	MetricsAddr     string
 	LogFormat       string
 	LogLevel        string
 	MaxBodyBytes    int
@@ -85,6 +88,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.PgListenAddr, "pg-listen-addr", c.PgListenAddr, "PostgreSQL wire-protocol listen address: unmodified PostgreSQL clients connect here, every transaction fenced (off when empty; needs --postgres-dsn)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP/JSON, health and metrics listen address")
+	registerMetricsAddr(fs, &c.MetricsAddr)
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's net/http/pprof profiles on this address (off when empty; never expose it)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn or error")
@@ -160,6 +164,9 @@ func (c *serveConfig) validate() error {
 	}
 	if c.PprofAddr != "" && !isLoopbackAddr(c.PprofAddr) && !c.Insecure {
 		return fmt.Errorf("--pprof-addr %s is reachable from other hosts, and pprof has no TLS or authentication: listen on loopback, or pass --insecure", c.PprofAddr)
+	}
+	if err := checkMetricsAddr(c.MetricsAddr, c.Security.PolicyFile, c.Insecure); err != nil {
+		return err
 	}
 	c.Proxy.PolicyShadow = c.Security.PolicyMode == "shadow"
 	if err := c.Proxy.Validate(); err != nil {

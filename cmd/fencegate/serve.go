@@ -229,10 +229,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	}
 	readiness := newReadiness(reg, log, ready)
 	readiness.register(gs)
-	handler, err := srv.HTTPHandler(ctx, api.HTTPConfig{
+	opsCfg := api.HTTPConfig{
 		Ready:   readiness.Check,
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-	})
+	}
+	handler, err := srv.HTTPHandler(ctx, opsCfg)
 	if err != nil {
 		return err
 	}
@@ -243,6 +244,16 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	// could fill the log with them. Debug level, and in the log's format.
 	hs.ErrorLog = slog.NewLogLogger(log.Handler(), slog.LevelDebug)
 
+	metricsLis, err := listenMetricsAddr(cfg.MetricsAddr)
+	if err != nil {
+		grpcLis.Close()
+		httpLis.Close()
+		if pgLis != nil {
+			pgLis.Close()
+		}
+		return err
+	}
+
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.PprofAddr != "" {
 		ps, err := servePprof(gctx, g, cfg.PprofAddr)
@@ -252,9 +263,16 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			if pgLis != nil {
 				pgLis.Close()
 			}
+			if metricsLis != nil {
+				metricsLis.Close()
+			}
 			return err
 		}
 		log.Info("serving pprof", "addr", ps)
+	}
+	metricsAddr := ""
+	if metricsLis != nil {
+		metricsAddr = serveMetricsAddr(gctx, g, metricsLis, api.OpsHandler(opsCfg))
 	}
 	g.Go(func() error { return watcher.Run(gctx) })
 	if sec.policy != nil {
@@ -324,7 +342,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	if pgLis != nil {
 		pgAddr = pgLis.Addr().String()
 	}
-	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "pg", pgAddr,
+	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "pg", pgAddr, "metrics", metricsAddr,
 		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix, "term_sources", cfg.TermSources,
 		"postgres", opts.Postgres != nil, "redis", opts.Redis != nil, "tls", sec.tls != nil,
 		"authentication", opts.AuthRequired, "policy", cfg.Security.PolicyFile, "policy_mode", cfg.Security.PolicyMode,

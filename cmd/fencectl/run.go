@@ -47,7 +47,8 @@ leadership is resigned (key deleted, lease revoked), and fencectl exits
 with CMD's status (128+n when a signal n ended it). If fencectl dies, the
 kernel sends CMD SIGKILL.
 
-Exit status: CMD's; 1 when fencectl fails before CMD starts; 126 or 127
+Exit status: CMD's (at least 1 when the leadership ended first); 1 when
+fencectl fails before CMD starts; 126 or 127
 when CMD cannot be run; 128+n when signal n interrupts the campaign.`
 
 // runConfig is what `fencectl run` is configured with.
@@ -221,7 +222,9 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 
 	code := exitCode(cmd.ProcessState, waitErr)
 	if lostMsg != "" {
-		return &exitError{code: code, msg: fmt.Sprintf("%s; %s exited with status %d", lostMsg, rest[0], code)}
+		msg := fmt.Sprintf("%s; %s exited with status %d", lostMsg, rest[0], code)
+		// A child that stopped cleanly on SIGTERM still did not finish.
+		return &exitError{code: max(code, 1), msg: msg}
 	}
 	if code != 0 {
 		return &exitError{code: code}
@@ -286,4 +289,3 @@ func childEnv(env []string, fence, electionName string, token int64, endpoint st
 func pgEscape(s string) string {
 	return strings.NewReplacer(`\`, `\\`, " ", `\ `).Replace(s)
 }
-

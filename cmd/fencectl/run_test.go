@@ -231,3 +231,43 @@ func TestRunPartitionedKillsChildBeforeLeaseExpiry(t *testing.T) {
 			last.Format(time.StampMilli), last.Sub(expiresAfter), expiresAfter.Format(time.StampMilli), p.out)
 	}
 }
+
+// A fencectl frozen (SIGSTOP) past its lease cannot kill anything while
+// frozen, and its child keeps writing: that is what fencing in fencegate
+// is for. Thawed, it must not grant --grace again: the deadline is long
+// past, so the child gets SIGKILL at once.
+func TestRunFrozenKillsAtOnceWhenThawed(t *testing.T) {
+	c := newClient(t)
+	out := filepath.Join(t.TempDir(), "writes")
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := startFencectl(t, []string{childEnvVar + "=writer", "OUT=" + out},
+		runArgs(t, "--election=f", "--ttl=2s", "--grace=10s", "--kill-margin=500ms", "--", self)...)
+	waitFor(t, "the child's first write", func() bool { return exists(out) || p.exited() })
+	_, _, lease, ok := leaderKey(t, c, testPrefix(t), "f")
+	if !ok {
+		t.Fatalf("no leader key:\n%s", p.out)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the lease to expire", func() bool {
+		r, err := c.TimeToLive(t.Context(), lease)
+		return err == nil && r.TTL < 0
+	})
+	expired := time.Now()
+	waitFor(t, "a write after the expiry", func() bool { return lastInt(t, out) > expired.UnixNano() })
+	thawed := time.Now()
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(t); code != 128+9 {
+		t.Errorf("exit status: got %d, want %d\n%s", code, 128+9, p.out)
+	}
+	last := time.Unix(0, lastInt(t, out))
+	if d := last.Sub(thawed); d > time.Second {
+		t.Errorf("the child wrote %v after the thaw, want it killed at once (--grace is 10s)\n%s", d, p.out)
+	}
+}

@@ -28,8 +28,8 @@ client), and once leader run CMD with these in its environment:
                        PGOPTIONS already set, for fencegate's PostgreSQL listener
 
 FENCECTL_TOKEN and FENCECTL_ETCD_PASSWORD are not passed on. CMD runs in a
-process group of its own; SIGINT and SIGTERM sent to fencectl are forwarded
-to that group.
+process group of its own (so it cannot read the terminal); SIGINT, SIGTERM
+and SIGHUP sent to fencectl once leader are forwarded to that group.
 
 When the leadership ends (the key is deleted, etcd says the lease is gone,
 or no keep-alive has proven the lease alive for long enough that it might
@@ -153,6 +153,9 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 	if err != nil {
 		return interrupted(sigs, fmt.Errorf("run: %w", err))
 	}
+	// SIGHUP too, from now on: it is for CMD (before, its default action
+	// ends the campaign).
+	signal.Notify(sigs, syscall.SIGHUP)
 	resign := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.CommandTimeout)
 		defer cancel()

@@ -48,6 +48,7 @@ func TestExamples(t *testing.T) {
 		"FENCECTL=" + filepath.Join(bin, "fencectl"),
 		"FENCECTL_ENDPOINT=" + dev.http, "FENCECTL_ETCD_ENDPOINTS=" + dev.etcd,
 		"FENCEGATE_HTTP_ADDR=" + dev.http, "ETCD_ENDPOINT=" + dev.etcd,
+		"FG_PG_HOST=" + dev.pgHost, "FG_PG_PORT=" + dev.pgPort,
 	}
 	for _, tc := range []struct {
 		name    string
@@ -61,7 +62,7 @@ func TestExamples(t *testing.T) {
 			wantOut: []string{
 				`"token":"\d+".*HTTP 200`,
 				`TERM_ENDED.*HTTP 409`,
-				`"token":"\d+".*HTTP 200`,
+				`(?m)^INSERT 0 1$`,
 				`STALE_TOKEN.*HTTP 409`,
 			},
 			leaders: []string{"worker-1", "worker-2"},
@@ -189,8 +190,9 @@ func build(t *testing.T) string {
 
 // dev is a running `fencegate dev`.
 type dev struct {
-	http, etcd string // URLs
-	dsn        string // the throwaway PostgreSQL's superuser
+	http, etcd     string // URLs
+	pgHost, pgPort string // the PostgreSQL listener
+	dsn            string // the throwaway PostgreSQL's superuser
 }
 
 func (d *dev) connect(t *testing.T) *pgx.Conn {
@@ -219,8 +221,10 @@ func startDev(t *testing.T, bin string) *dev {
 		t.Fatal(err)
 	}
 	d := &dev{http: "http://" + freeAddr(t), etcd: "http://" + freeAddr(t)}
+	pg := freeAddr(t)
+	d.pgHost, d.pgPort, _ = net.SplitHostPort(pg)
 	cmd := exec.Command(bin, "dev", "--etcd-listen="+d.etcd, "--grpc-addr="+freeAddr(t),
-		"--http-addr="+strings.TrimPrefix(d.http, "http://"), "--pg-listen-addr="+freeAddr(t))
+		"--http-addr="+strings.TrimPrefix(d.http, "http://"), "--pg-listen-addr="+pg)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The shell example: two jobs take turns leading election shell-example
-# under `fencectl run`, each writing a row through fencegate's HTTP API
-# with curl; then worker-1's late retry, sent with its old token after
-# worker-2 took over, is refused. See examples/README.md.
+# under `fencectl run`, each writing a row through fencegate: worker-1 over
+# the HTTP API with curl, worker-2 with psql through the PostgreSQL
+# listener. worker-1's late retry, sent with its old token, is refused.
+# See examples/README.md.
 #
 # Needs fencegate (`fencegate dev` will do), the table of
-# examples/setup.sql, fencectl on PATH (or FENCECTL=path), and fencectl's
-# FENCECTL_ENDPOINT / FENCECTL_ETCD_ENDPOINTS when not on their defaults.
+# examples/setup.sql, fencectl on PATH (or FENCECTL=path), fencectl's
+# FENCECTL_ENDPOINT / FENCECTL_ETCD_ENDPOINTS when not on their defaults,
+# and FG_PG_PORT when the listener is not on 7432.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 fencectl=${FENCECTL:-fencectl}
@@ -30,8 +32,8 @@ t1=$(cat "$spool")
 echo "== worker-1 exited, so fencectl resigned: its term $t1 is over"
 late_write "$t1" "worker-1 (zombie)"
 
-echo "== worker-2 leads and writes"
-"$fencectl" run --election "$election" --value worker-2 -- "$here/worker.sh" worker-2
+echo "== worker-2 leads and writes with psql"
+"$fencectl" run --election "$election" --value worker-2 -- "$here/psql-worker.sh" worker-2
 
 echo "== worker-1's late retry, token $t1, after worker-2 wrote"
 late_write "$t1" "worker-1 (zombie)"

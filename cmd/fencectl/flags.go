@@ -89,11 +89,13 @@ type command struct {
 	g       *globalConfig
 	args    string // positional arguments, for the usage line
 	summary string
+	// interspersed lets flags follow positional arguments.
+	interspersed bool
 }
 
 func newCommand(g *globalConfig, name, args, summary string) *command {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	return &command{fs: fs, g: g, args: args, summary: summary}
+	return &command{fs: fs, g: g, args: args, summary: summary, interspersed: true}
 }
 
 // parse parses args (globals included), fills every flag not given on the
@@ -129,9 +131,23 @@ func (c *command) parse(args []string, stdout, stderr io.Writer) ([]string, erro
 			return nil, flag.ErrHelp
 		}
 	}
-	if err := fs.Parse(args); err != nil {
-		return nil, errUsage
+	// Flags may follow positional arguments (`fence get NAME -w json`),
+	// except in run, where the first one starts CMD; "--" ends flags.
+	var positional []string
+	for {
+		before := args
+		if err := fs.Parse(args); err != nil {
+			return nil, errUsage
+		}
+		args = fs.Args()
+		consumed := len(before) - len(args)
+		if !c.interspersed || len(args) == 0 || (consumed > 0 && before[consumed-1] == "--") {
+			break
+		}
+		positional = append(positional, args[0])
+		args = args[1:]
 	}
+	positional = append(positional, args...)
 	fs.Visit(func(f *flag.Flag) { c.g.set[f.Name] = true })
 	var err error
 	fs.VisitAll(func(f *flag.Flag) {
@@ -154,7 +170,7 @@ func (c *command) parse(args []string, stdout, stderr io.Writer) ([]string, erro
 	if err := c.g.validate(); err != nil {
 		return nil, err
 	}
-	return fs.Args(), nil
+	return positional, nil
 }
 
 // usageError prints msg and the command's usage, and returns errUsage.

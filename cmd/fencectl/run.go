@@ -106,6 +106,7 @@ func killDeadline(noticed, provenUntil time.Time, grace, margin time.Duration) t
 func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr io.Writer) error {
 	rc := runConfig{TTL: 10 * time.Second, Grace: 2 * time.Second}
 	c := newCommand(g, "run", "--election NAME [--ttl 10s] [--grace 2s] -- CMD [ARGS...]", runSummary)
+	c.interspersed = false
 	c.fs.StringVar(&rc.Election, "election", rc.Election, "the election to campaign in (required)")
 	c.fs.StringVar(&rc.Fence, "fence", rc.Fence, "the fence CMD writes, in FENCEGATE_FENCE and PGOPTIONS (default the election's name)")
 	c.fs.StringVar(&rc.Value, "value", rc.Value, "the value of our candidate key: fencegate reports it as the fence's leader (default <hostname>/<pid>)")

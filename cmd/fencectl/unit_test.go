@@ -1,6 +1,7 @@
 package main
 
 import (
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -94,5 +95,36 @@ fencegate_rejections_total{fence="broken"
 	want := map[[2]string]uint64{{"jobs", "stale_token"}: 3, {`a"b`, "term_ended"}: 1}
 	if !maps.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestCommandParse(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		interspersed bool
+		args         []string
+		want         []string
+		wantOut      string
+	}{
+		{"flags after the name", true, []string{"get", "billing", "-w", "json"}, []string{"get", "billing"}, "json"},
+		{"flags first", true, []string{"-w", "json", "get", "billing"}, []string{"get", "billing"}, "json"},
+		{"after --, all positional", true, []string{"a", "--", "-w", "json"}, []string{"a", "-w", "json"}, "table"},
+		{"run: CMD's flags are CMD's", false, []string{"--ttl", "3s", "sh", "-w", "json"}, []string{"sh", "-w", "json"}, "table"},
+		{"run: --", false, []string{"--", "sh", "-c", "x"}, []string{"sh", "-c", "x"}, "table"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := defaultGlobalConfig()
+			c := newCommand(g, "x", "", "")
+			c.interspersed = tc.interspersed
+			var ttl time.Duration
+			c.fs.DurationVar(&ttl, "ttl", 0, "")
+			got, err := c.parse(tc.args, io.Discard, io.Discard)
+			if err != nil {
+				t.Fatalf("parse: %v", err)
+			}
+			if !slices.Equal(got, tc.want) || g.WriteOut != tc.wantOut {
+				t.Errorf("got %q and -w %s, want %q and -w %s", got, g.WriteOut, tc.want, tc.wantOut)
+			}
+		})
 	}
 }

@@ -201,7 +201,8 @@ func (d *dev) connect(t *testing.T) *pgx.Conn {
 	if err != nil {
 		t.Fatalf("connect %s: %v", d.dsn, err)
 	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	// t.Context() is cancelled by the time cleanups run.
+	t.Cleanup(func() { conn.Close(context.WithoutCancel(t.Context())) })
 	return conn
 }
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -72,7 +73,7 @@ func (g *globalConfig) parseLeading(args []string, stdout, stderr io.Writer) ([]
 	g.register(fs)
 	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			fmt.Fprint(stdout, usage())
 			return nil, flag.ErrHelp
 		}

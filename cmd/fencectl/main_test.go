@@ -120,11 +120,10 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 
 // proc is a fencectl subprocess.
 type proc struct {
-	cmd    *exec.Cmd
-	out    *syncBuffer
-	done   chan struct{}
-	code   int
-	waited bool
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	code int
 }
 
 type syncBuffer struct {

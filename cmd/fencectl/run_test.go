@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -270,4 +271,54 @@ func TestRunFrozenKillsAtOnceWhenThawed(t *testing.T) {
 	if d := last.Sub(thawed); d > time.Second {
 		t.Errorf("the child wrote %v after the thaw, want it killed at once (--grace is 10s)\n%s", d, p.out)
 	}
+}
+
+// What the child leaves behind holds its token too: when the child exits,
+// the rest of its process group is killed. And when fencectl itself is
+// killed, the kernel kills the child.
+func TestRunLeavesNoProcessBehind(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		// The process to outlive its parent has no stdout or stderr of
+		// the test's: it would hold the test's pipes open.
+		script string
+		kill   bool // SIGKILL fencectl once the pid file is written
+	}{
+		{"child exits, its background job remains", `sleep 600 >/dev/null 2>&1 & echo $! > "$PIDFILE.tmp"; mv "$PIDFILE.tmp" "$PIDFILE"; exit 0`, false},
+		{"fencectl killed", `echo $$ > "$PIDFILE.tmp"; mv "$PIDFILE.tmp" "$PIDFILE"; exec sleep 600 >/dev/null 2>&1`, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			pidFile := filepath.Join(t.TempDir(), "pid")
+			p := startFencectl(t, []string{"PIDFILE=" + pidFile}, runArgs(t, "--election=l", "--", "sh", "-c", tc.script)...)
+			waitFor(t, "the pid file", func() bool { return exists(pidFile) || p.exited() })
+			pid, err := strconv.Atoi(strings.TrimSpace(readFileT(t, pidFile)))
+			if err != nil {
+				t.Fatalf("pid file: %v", err)
+			}
+			t.Cleanup(func() {
+				if alive(pid) {
+					_ = syscall.Kill(pid, syscall.SIGKILL)
+				}
+			})
+			if tc.kill {
+				if err := p.cmd.Process.Kill(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			p.wait(t)
+			waitFor(t, fmt.Sprintf("process %d to die", pid), func() bool { return !alive(pid) })
+		})
+	}
+}
+
+// alive reports whether pid is a live process (not gone, not a zombie).
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	// The state follows the command name in parentheses.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
 }

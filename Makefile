@@ -63,9 +63,19 @@ SHELL := bash
 help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+# The Node example's npm packages (etcd3), installed from its lock file by
+# `make deps`; npm ci writes the stamp file last.
+EXAMPLES_NODE_MODULES := examples/node/node_modules/.package-lock.json
+
 .PHONY: deps
-deps: $(GRPCURL) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, promtool, curl, jq) via apt-get as root; build grpcurl into bin/tools.
+deps: $(GRPCURL) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl into bin/tools; npm ci the Node example.
 	@.ci/deps.sh
+	@[[ $(EXAMPLES_NODE_MODULES) -nt examples/node/package-lock.json ]] || \
+		{ echo "deps: npm ci --prefix examples/node"; npm ci --prefix examples/node --no-audit --no-fund --loglevel=error; }
+
+.PHONY: test-examples
+test-examples: deps ## Run only the worker examples (examples/: shell, Python, Node) against fencegate dev; make test runs them too.
+	$(GO) test $(RACE) -count=1 -timeout $(TEST_TIMEOUT) ./examples/
 
 $(GRPCURL):
 	@mkdir -p $(@D)

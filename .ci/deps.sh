@@ -27,6 +27,15 @@ have jq || missing+=(jq)
 have_pgbouncer() { have pgbouncer || [[ -x /usr/sbin/pgbouncer ]]; }
 have_pgbouncer || missing+=(pgbouncer)
 
+# The worker examples (examples/): Python with Debian's python3-etcd3 and
+# python3-requests (for the system's python3), Node (fetch) and npm for the
+# etcd3 package.
+have_py() { /usr/bin/python3 -c "import $1" >/dev/null 2>&1; }
+have_py etcd3 || missing+=(python3-etcd3)
+have_py requests || missing+=(python3-requests)
+have node || missing+=(nodejs)
+have npm || missing+=(npm)
+
 # PostgreSQL server binaries: Debian keeps them off PATH.
 have_postgres() {
 	have postgres && return 0
@@ -68,7 +77,8 @@ fi
 # Check again: a package that installed but did not provide what we look for
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
-	have redis-server && have etcdctl && have etcd && have promtool && have curl && have jq && have_postgres && have_pgbouncer || {
+	have redis-server && have etcdctl && have etcd && have promtool && have curl && have jq && have_postgres && have_pgbouncer &&
+	have_py etcd3 && have_py requests && have node && have npm || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

@@ -1,0 +1,295 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/fencegate/fencegate/election"
+)
+
+const runSummary = `Campaign in election NAME (under --election-prefix, with etcd's
+concurrency.Election layout, so it competes with candidates using any etcd
+client), and once leader run CMD with these in its environment:
+
+  FENCEGATE_FENCE      the fence (--fence, default the election's name)
+  FENCEGATE_TOKEN      the fencing token: the create revision of our key
+  FENCEGATE_ELECTION   the election's name
+  FENCEGATE_HTTP_ADDR  fencegate's HTTP address (--endpoint)
+  PGOPTIONS            '-c fencegate.fence=F -c fencegate.token=T' after any
+                       PGOPTIONS already set, for fencegate's PostgreSQL listener
+
+FENCECTL_TOKEN and FENCECTL_ETCD_PASSWORD are not passed on. CMD runs in a
+process group of its own (so it cannot read the terminal); SIGINT, SIGTERM
+and SIGHUP sent to fencectl once leader are forwarded to that group.
+
+When the leadership ends (the key is deleted, etcd says the lease is gone,
+or no keep-alive has proven the lease alive for long enough that it might
+expire soon), CMD's process group gets SIGTERM, then SIGKILL after --grace,
+and at the latest --kill-margin before the lease can have expired: that
+deadline is counted on fencectl's own clock from the send time of the last
+keep-alive etcd answered, plus the TTL, so a fencectl cut off from etcd kills
+CMD in time without hearing from etcd. When a lost leadership leaves less
+time than --grace, CMD gets less. A fencectl frozen itself (SIGSTOP, a paused
+VM) cannot kill anything while frozen: the fencing token, checked by
+fencegate, is what makes such a late writer harmless.
+
+When CMD exits, whatever it left in its process group is killed, the
+leadership is resigned (key deleted, lease revoked), and fencectl exits
+with CMD's status (128+n when a signal n ended it). If fencectl dies, the
+kernel sends CMD SIGKILL.
+
+Exit status: CMD's (at least 1 when the leadership ended first); 1 when
+fencectl fails before CMD starts; 126 or 127
+when CMD cannot be run; 128+n when signal n interrupts the campaign.`
+
+// runConfig is what `fencectl run` is configured with.
+type runConfig struct {
+	Election   string
+	Fence      string
+	Value      string
+	TTL        time.Duration
+	Grace      time.Duration
+	KillMargin time.Duration
+}
+
+// validate checks the flags and returns the election's SafetyMargin: how
+// long before the lease could expire the leadership is given up when etcd
+// is silent. It leaves room for --grace and --kill-margin when it can.
+func (rc *runConfig) validate() (time.Duration, error) {
+	if err := election.ValidateName(rc.Election); err != nil {
+		if rc.Election == "" {
+			return 0, errors.New("run: --election is required")
+		}
+		return 0, fmt.Errorf("run: --election %q: want a name without '/'", rc.Election)
+	}
+	if rc.Fence == "" {
+		rc.Fence = rc.Election
+	}
+	if rc.TTL < time.Second || rc.TTL%time.Second != 0 {
+		return 0, fmt.Errorf("run: --ttl %v: want a whole number of seconds, at least 1s", rc.TTL)
+	}
+	if rc.Grace < 0 {
+		return 0, fmt.Errorf("run: --grace %v is negative", rc.Grace)
+	}
+	if rc.KillMargin == 0 {
+		rc.KillMargin = min(time.Second, rc.TTL/4)
+	}
+	if rc.KillMargin < 0 || rc.KillMargin > rc.TTL/2 {
+		return 0, fmt.Errorf("run: --kill-margin %v: want more than 0 and at most half of --ttl %v", rc.KillMargin, rc.TTL)
+	}
+	margin := max(rc.Grace+rc.KillMargin, rc.TTL/3)
+	return min(margin, rc.TTL/2), nil
+}
+
+// killDeadline is when CMD gets SIGKILL after the leadership ended at
+// noticed: --grace after it, but no later than margin before the lease
+// can have expired (provenUntil, the last answered keep-alive's send time
+// plus the TTL). Counting only from noticed would let a child outlive the
+// lease whenever the loss is noticed late.
+func killDeadline(noticed, provenUntil time.Time, grace, margin time.Duration) time.Time {
+	at := noticed.Add(grace)
+	if latest := provenUntil.Add(-margin); latest.Before(at) {
+		at = latest
+	}
+	return at
+}
+
+func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr io.Writer) error {
+	rc := runConfig{TTL: 10 * time.Second, Grace: 2 * time.Second}
+	c := newCommand(g, "run", "--election NAME [--ttl 10s] [--grace 2s] -- CMD [ARGS...]", runSummary)
+	c.interspersed = false
+	c.fs.StringVar(&rc.Election, "election", rc.Election, "the election to campaign in (required)")
+	c.fs.StringVar(&rc.Fence, "fence", rc.Fence, "the fence CMD writes, in FENCEGATE_FENCE and PGOPTIONS (default the election's name)")
+	c.fs.StringVar(&rc.Value, "value", rc.Value, "the value of our candidate key: fencegate reports it as the fence's leader (default <hostname>/<pid>)")
+	c.fs.DurationVar(&rc.TTL, "ttl", rc.TTL, "the lease's time to live, whole seconds: how long etcd keeps our leadership without keep-alives")
+	c.fs.DurationVar(&rc.Grace, "grace", rc.Grace, "time between SIGTERM and SIGKILL when the leadership ends (less when the lease is about to expire)")
+	c.fs.DurationVar(&rc.KillMargin, "kill-margin", rc.KillMargin, "SIGKILL goes out at least this long before the lease can have expired: room for the kill itself and for clocks that run at different rates (default min(1s, TTL/4))")
+	rest, err := c.parse(args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	if len(rest) == 0 {
+		return c.usageError(stderr, "no command to run; want 'fencectl run --election NAME -- CMD [ARGS...]'")
+	}
+	if rc.Value == "" {
+		host, _ := os.Hostname()
+		rc.Value = fmt.Sprintf("%s/%d", host, os.Getpid())
+	}
+	margin, err := rc.validate()
+	if err != nil {
+		return err
+	}
+	if rc.Grace+rc.KillMargin > margin {
+		fmt.Fprintf(stderr, "fencectl: warning: when the lease is in doubt, CMD gets %v between SIGTERM and SIGKILL, not --grace %v: raise --ttl for more\n",
+			margin-rc.KillMargin, rc.Grace)
+	}
+
+	// Our own channel, besides main's context: the signal is forwarded to
+	// CMD and decides the exit status of an interrupted campaign.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+
+	cli, err := dialEtcd(ctx, g)
+	if err != nil {
+		return interrupted(sigs, err)
+	}
+	defer cli.Close()
+	lead, err := election.Campaign(ctx, cli, election.CampaignConfig{
+		Prefix:       g.ElectionPrefix,
+		Election:     rc.Election,
+		Value:        rc.Value,
+		TTL:          rc.TTL,
+		SafetyMargin: margin,
+	})
+	if err != nil {
+		return interrupted(sigs, fmt.Errorf("run: %w", err))
+	}
+	// SIGHUP too, from now on: it is for CMD (before, its default action
+	// ends the campaign).
+	signal.Notify(sigs, syscall.SIGHUP)
+	resign := func() {
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.CommandTimeout)
+		defer cancel()
+		if err := lead.Resign(rctx); err != nil {
+			fmt.Fprintf(stderr, "fencectl: %v; the lease expires within %v\n", err, rc.TTL)
+		}
+	}
+
+	cmd := exec.Command(rest[0], rest[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
+	cmd.Env = childEnv(os.Environ(), rc.Fence, rc.Election, lead.Token(), g.Endpoint)
+	// Pdeathsig: CMD must not outlive a fencectl that was killed. It is
+	// tied to the thread that forks, and the Go runtime ends threads only
+	// when a goroutine locked to one exits, which none here does.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		resign()
+		code := 126
+		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
+			code = 127
+		}
+		return &exitError{code: code, msg: fmt.Sprintf("run: %v", err)}
+	}
+	pgid := cmd.Process.Pid
+	waitc := make(chan error, 1)
+	go func() { waitc <- cmd.Wait() }()
+
+	var (
+		lost     = lead.Done()
+		lostMsg  string
+		killT    *time.Timer
+		killC    <-chan time.Time
+		waitErr  error
+		finished bool
+	)
+	for !finished {
+		select {
+		case waitErr = <-waitc:
+			finished = true
+		case s := <-sigs:
+			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		case <-lost:
+			lost = nil
+			now := time.Now()
+			at := killDeadline(now, lead.ProvenUntil(), rc.Grace, rc.KillMargin)
+			lostMsg = fmt.Sprintf("run: leadership of %q (token %d) ended: %v", rc.Election, lead.Token(), lead.Err())
+			if !at.After(now) {
+				fmt.Fprintf(stderr, "fencectl: %s; SIGKILL to %s\n", lostMsg, rest[0])
+				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				continue
+			}
+			fmt.Fprintf(stderr, "fencectl: %s; SIGTERM to %s, SIGKILL in %v\n", lostMsg, rest[0], at.Sub(now).Round(time.Millisecond))
+			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			killT = time.NewTimer(at.Sub(now))
+			killC = killT.C
+		case <-killC:
+			killC = nil
+			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		}
+	}
+	if killT != nil {
+		killT.Stop()
+	}
+	// What CMD left behind in its group holds the token too.
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	resign()
+
+	code := exitCode(cmd.ProcessState, waitErr)
+	if lostMsg != "" {
+		msg := fmt.Sprintf("%s; %s exited with status %d", lostMsg, rest[0], code)
+		// A child that stopped cleanly on SIGTERM still did not finish.
+		return &exitError{code: max(code, 1), msg: msg}
+	}
+	if code != 0 {
+		return &exitError{code: code}
+	}
+	return nil
+}
+
+// interrupted turns err into 128+n when signal n interrupted what failed.
+func interrupted(sigs <-chan os.Signal, err error) error {
+	select {
+	case s := <-sigs:
+		return &exitError{code: 128 + int(s.(syscall.Signal)), msg: "run: interrupted by " + s.String()}
+	default:
+		return err
+	}
+}
+
+// exitCode is a shell's $? for a finished process: its status, or 128+n
+// for a death by signal n.
+func exitCode(ps *os.ProcessState, waitErr error) int {
+	if ps == nil {
+		if waitErr != nil {
+			return 1
+		}
+		return 0
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return 128 + int(ws.Signal())
+	}
+	return ps.ExitCode()
+}
+
+// childEnv is env with fencectl's secrets removed and the leadership's
+// variables set.
+func childEnv(env []string, fence, electionName string, token int64, endpoint string) []string {
+	out := make([]string, 0, len(env)+5)
+	pgOptions := ""
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "FENCECTL_TOKEN", "FENCECTL_ETCD_PASSWORD",
+			"FENCEGATE_FENCE", "FENCEGATE_TOKEN", "FENCEGATE_ELECTION", "FENCEGATE_HTTP_ADDR":
+			continue
+		case "PGOPTIONS":
+			pgOptions = v + " "
+			continue
+		}
+		out = append(out, kv)
+	}
+	t := strconv.FormatInt(token, 10)
+	return append(out,
+		"FENCEGATE_FENCE="+fence,
+		"FENCEGATE_TOKEN="+t,
+		"FENCEGATE_ELECTION="+electionName,
+		"FENCEGATE_HTTP_ADDR="+endpoint,
+		"PGOPTIONS="+pgOptions+"-c fencegate.fence="+pgEscape(fence)+" -c fencegate.token="+t,
+	)
+}
+
+// pgEscape escapes a value for libpq's options string, where spaces
+// separate arguments and a backslash escapes the next character.
+func pgEscape(s string) string {
+	return strings.NewReplacer(`\`, `\\`, " ", `\ `).Replace(s)
+}

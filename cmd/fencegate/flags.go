@@ -31,7 +31,10 @@ type serveConfig struct {
 	GRPCAddr  string
 	// PgListenAddr is the PostgreSQL wire-protocol listener; off when
 	// empty.
-	PgListenAddr    string
+	PgListenAddr string
+	// RedisListenAddr is the RESP (drop-in Redis) listener; off when
+	// empty.
+	RedisListenAddr string
 	HTTPAddr        string
 	PprofAddr       string
 	LogFormat       string
@@ -80,6 +83,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.IntVar(&c.Proxy.MaxInFlight, "max-in-flight", c.Proxy.MaxInFlight, "most writes in flight to each backend; past it writes get OVERLOADED")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.PgListenAddr, "pg-listen-addr", c.PgListenAddr, "PostgreSQL wire-protocol listen address: unmodified PostgreSQL clients connect here, every transaction fenced (off when empty; needs --postgres-dsn)")
+	fs.StringVar(&c.RedisListenAddr, "redis-listen-addr", c.RedisListenAddr, "RESP (drop-in Redis) listen address: unmodified Redis clients connect here with AUTH <fence> <token>, every command fenced (off when empty; needs --redis-addr)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP/JSON, health and metrics listen address")
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's net/http/pprof profiles on this address (off when empty; never expose it)")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
@@ -146,7 +150,7 @@ func (c *serveConfig) validate() error {
 	if err := c.Security.validate(); err != nil {
 		return err
 	}
-	if err := c.Security.checkExposure(c.Insecure, [2]string{"--grpc-addr", c.GRPCAddr}, [2]string{"--http-addr", c.HTTPAddr}, [2]string{"--pg-listen-addr", c.PgListenAddr}); err != nil {
+	if err := c.Security.checkExposure(c.Insecure, [2]string{"--grpc-addr", c.GRPCAddr}, [2]string{"--http-addr", c.HTTPAddr}, [2]string{"--pg-listen-addr", c.PgListenAddr}, [2]string{"--redis-listen-addr", c.RedisListenAddr}); err != nil {
 		return err
 	}
 	if c.PprofAddr != "" && !isLoopbackAddr(c.PprofAddr) && !c.Insecure {

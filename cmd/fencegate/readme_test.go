@@ -431,7 +431,7 @@ func walkthroughEnv(path string) []string {
 		switch {
 		// PG*: libpq's variables (PGOPTIONS, PGPORT, ...) would change
 		// where and how psql connects.
-		case k == "PATH", strings.HasPrefix(k, "ETCDCTL_"), strings.HasPrefix(k, "PG"), k == "FG_HTTP", k == "FG_GRPC", k == "DSN", k == "REDIS_PORT":
+		case k == "PATH", strings.HasPrefix(k, "ETCDCTL_"), strings.HasPrefix(k, "PG"), k == "FG_HTTP", k == "FG_GRPC", k == "DSN", k == "REDIS_PORT", k == "FG_RESP_PORT":
 			continue
 		}
 		env = append(env, kv)
@@ -468,7 +468,7 @@ func startDev(t *testing.T, bin, dir string) (banner string, stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "dev", "--etcd-listen=http://"+freeAddr(t), "--grpc-addr="+freeAddr(t), "--http-addr="+freeAddr(t), "--pg-listen-addr="+freeAddr(t))
+	cmd := exec.Command(bin, "dev", "--etcd-listen=http://"+freeAddr(t), "--grpc-addr="+freeAddr(t), "--http-addr="+freeAddr(t), "--pg-listen-addr="+freeAddr(t), "--redis-listen-addr="+freeAddr(t))
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -20,6 +20,7 @@ import (
 var walkthroughHeadings = []string{
 	"## Two minutes: a zombie leader refused",
 	"## Drop-in PostgreSQL: psql writes through fencegate",
+	"## Drop-in Redis: redis-cli writes through fencegate",
 }
 
 // readmeBlock is one fenced code block of the walkthrough.
@@ -70,6 +71,17 @@ var walkthroughWants = map[string][]string{
 		`"status": "SERVING"`,
 		`Code: Aborted\n  Message: fencegate: TERM_ENDED: term {T5} of election "jobs" is over`,
 		`grpcurl: exit status 74\n`,
+	},
+	`"Drop-in Redis: redis-cli writes through fencegate" block 1`: {
+		`worker-8 leads with token {T8}\n`,
+		`OK\n`,
+		`1\n`,
+	},
+	`"Drop-in Redis: redis-cli writes through fencegate" block 2`: {
+		`worker-9 leads with token {T9}\n`,
+		`STALE_TOKEN fencegate: token {T8} is below the current term {T9}\n`,
+		`STALE_TOKEN fencegate: token {T8} is below the current term {T9}\n\nOK\nOK\nQUEUED\nQUEUED\nOK\n2\nCOMMAND_NOT_ALLOWED fencegate: FLUSHALL: administrative commands are not allowed\n`,
+		`done\n`,
 	},
 	`"Drop-in PostgreSQL: psql writes through fencegate" block 1`: {
 		`CREATE TABLE\nGRANT\n`,

@@ -16,9 +16,10 @@ ARGS          ?=
 # `make chaos` runs the long one. One seed per backend, printed; CHAOS_SEED=n
 # replays a schedule. Each of CHAOS_BACKENDS is a backend, with :PROTOCOL
 # for the workers' fencechaos --protocol (postgres:pgwire: pgx through
-# fencegate's PostgreSQL listener; default grpc+http).
+# fencegate's PostgreSQL listener; redis:resp: go-redis through its RESP
+# listener; default grpc+http).
 CHAOS               ?= short
-CHAOS_BACKENDS      ?= postgres redis postgres:pgwire
+CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
 CHAOS_SHORT_FENCED  ?= 60s
@@ -107,7 +108,7 @@ define chaos-run
 endef
 
 .PHONY: chaos
-chaos: deps build ## The long safety campaign: per backend (and postgres:pgwire), fenced 30m then control 5m (docs/SAFETY.md; CHAOS_BACKENDS=redis to narrow).
+chaos: deps build ## The long safety campaign: per backend (and postgres:pgwire, redis:resp), fenced 30m then control 5m (docs/SAFETY.md; CHAOS_BACKENDS=redis to narrow).
 	$(call chaos-run,$(CHAOS_LONG_FENCED),$(CHAOS_LONG_CONTROL))
 
 .PHONY: run

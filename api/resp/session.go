@@ -250,6 +250,11 @@ func errorText(err error, single bool) string {
 	if r.Err != nil {
 		msg += ": " + r.Err.Error()
 	}
+	if r.Metadata["outcome"] == "unknown" {
+		// The write may have been applied: the client must not take
+		// this for a refusal.
+		msg += " (outcome unknown)"
+	}
 	return string(r.Reason) + " fencegate: " + msg
 }
 

@@ -26,6 +26,9 @@ have jq || missing+=(jq)
 # pgbouncer, the peer fencebench compares the PostgreSQL listener with.
 have_pgbouncer() { have pgbouncer || [[ -x /usr/sbin/pgbouncer ]]; }
 have_pgbouncer || missing+=(pgbouncer)
+# nutcracker (twemproxy), the peer fencebench compares the RESP listener with.
+have_nutcracker() { have nutcracker || [[ -x /usr/sbin/nutcracker ]]; }
+have_nutcracker || missing+=(nutcracker)
 
 # PostgreSQL server binaries: Debian keeps them off PATH.
 have_postgres() {
@@ -53,11 +56,11 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 
-# etcd-server, prometheus and pgbouncer are wanted for their binaries only;
+# etcd-server, prometheus, pgbouncer and nutcracker are wanted for their binaries only;
 # on a machine running systemd their packages start services, and the system
 # etcd would take 127.0.0.1:2379 from `make run`'s embedded one.
 if [[ -d /run/systemd/system ]]; then
-	for pkg in etcd-server:etcd prometheus:prometheus pgbouncer:pgbouncer; do
+	for pkg in etcd-server:etcd prometheus:prometheus pgbouncer:pgbouncer nutcracker:nutcracker; do
 		if [[ " ${missing[*]} " == *" ${pkg%%:*} "* ]]; then
 			echo "deps: stopping and disabling the ${pkg#*:} service that ${pkg%%:*} installed"
 			systemctl disable --now "${pkg#*:}" >/dev/null 2>&1 || true
@@ -68,7 +71,7 @@ fi
 # Check again: a package that installed but did not provide what we look for
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
-	have redis-server && have etcdctl && have etcd && have promtool && have curl && have jq && have_postgres && have_pgbouncer || {
+	have redis-server && have etcdctl && have etcd && have promtool && have curl && have jq && have_postgres && have_pgbouncer && have_nutcracker || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

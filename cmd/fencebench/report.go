@@ -96,8 +96,10 @@ func reference(path string) string {
 		return pgDirectPlain
 	case redisDirectFenced:
 		return redisDirectPlain
-	case redisGRPC, redisHTTP:
+	case redisGRPC, redisHTTP, redisRESP:
 		return redisDirectFenced
+	case redisTwemproxy:
+		return redisDirectPlain
 	case pgGRPCSecure, pgHTTPSecure, redisGRPCSecure, redisHTTPSecure:
 		// What TLS, client certificates and the policy cost.
 		return plainTwin(path)

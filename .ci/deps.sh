@@ -29,6 +29,10 @@ have_pgbouncer || missing+=(pgbouncer)
 # nutcracker (twemproxy), the peer fencebench compares the RESP listener with.
 have_nutcracker() { have nutcracker || [[ -x /usr/sbin/nutcracker ]]; }
 have_nutcracker || missing+=(nutcracker)
+# redis-py, one of the unmodified clients the RESP listener's tests drive.
+# Debian's python3 (not another one first on PATH), where python3-redis installs.
+have_redispy() { /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; }
+have_redispy || missing+=(python3-redis)
 
 # PostgreSQL server binaries: Debian keeps them off PATH.
 have_postgres() {
@@ -71,7 +75,7 @@ fi
 # Check again: a package that installed but did not provide what we look for
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
-	have redis-server && have etcdctl && have etcd && have promtool && have curl && have jq && have_postgres && have_pgbouncer && have_nutcracker || {
+	have redis-server && have etcdctl && have etcd && have promtool && have curl && have jq && have_postgres && have_pgbouncer && have_nutcracker && have_redispy || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

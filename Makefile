@@ -65,7 +65,7 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 .PHONY: deps
-deps: $(GRPCURL) ## install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, promtool, curl, jq) via apt-get as root; build grpcurl into bin/tools.
+deps: $(GRPCURL) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, promtool, curl, jq) via apt-get as root; build grpcurl into bin/tools.
 	@.ci/deps.sh
 
 $(GRPCURL):

@@ -16,9 +16,10 @@ ARGS          ?=
 # `make chaos` runs the long one. One seed per backend, printed; CHAOS_SEED=n
 # replays a schedule. Each of CHAOS_BACKENDS is a backend, with :PROTOCOL
 # for the workers' fencechaos --protocol (postgres:pgwire: pgx through
-# fencegate's PostgreSQL listener; default grpc+http).
+# fencegate's PostgreSQL listener; redis:resp: go-redis through its RESP
+# listener; default grpc+http).
 CHAOS               ?= short
-CHAOS_BACKENDS      ?= postgres redis postgres:pgwire
+CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
 CHAOS_SHORT_FENCED  ?= 60s
@@ -68,7 +69,7 @@ help: ## List the targets.
 EXAMPLES_NODE_MODULES := examples/node/node_modules/.package-lock.json
 
 .PHONY: deps
-deps: $(GRPCURL) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl into bin/tools; npm ci the Node example.
+deps: $(GRPCURL) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl into bin/tools; npm ci the Node example.
 	@.ci/deps.sh
 	@[[ $(EXAMPLES_NODE_MODULES) -nt examples/node/package-lock.json ]] || \
 		{ echo "deps: npm ci --prefix examples/node"; npm ci --prefix examples/node --no-audit --no-fund --loglevel=error; }
@@ -137,7 +138,7 @@ define chaos-run
 endef
 
 .PHONY: chaos
-chaos: deps build ## The long safety campaign: per backend (and postgres:pgwire), fenced 30m then control 5m (docs/SAFETY.md; CHAOS_BACKENDS=redis to narrow).
+chaos: deps build ## The long safety campaign: per backend (and postgres:pgwire, redis:resp), fenced 30m then control 5m (docs/SAFETY.md; CHAOS_BACKENDS=redis to narrow).
 	$(call chaos-run,$(CHAOS_LONG_FENCED),$(CHAOS_LONG_CONTROL))
 
 .PHONY: run

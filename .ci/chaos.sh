@@ -6,7 +6,7 @@
 # printed, and the last lines say what passed.
 #
 # Usage: .ci/chaos.sh FENCED_DURATION CONTROL_DURATION [fencechaos flags...]
-# Environment: CHAOS_BACKENDS (default "postgres redis postgres:pgwire": each
+# Environment: CHAOS_BACKENDS (default "postgres redis postgres:pgwire redis:resp": each
 # a backend, with :PROTOCOL for fencechaos --protocol, else its default
 # grpc+http), CHAOS_SEED (default: a new seed per run, printed).
 set -euo pipefail
@@ -21,7 +21,7 @@ trap 'rm -rf "$logs"' EXIT
 field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$2"; }
 
 summary=()
-for b in ${CHAOS_BACKENDS:-postgres redis postgres:pgwire}; do
+for b in ${CHAOS_BACKENDS:-postgres redis postgres:pgwire redis:resp}; do
 	seed=${CHAOS_SEED:-$(($(date +%s%N) / 1000 % 1000000000 + 1))}
 	run=(--backend="${b%%:*}")
 	[[ $b == *:* ]] && run+=(--protocol="${b#*:}")

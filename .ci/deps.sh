@@ -26,6 +26,13 @@ have jq || missing+=(jq)
 # pgbouncer, the peer fencebench compares the PostgreSQL listener with.
 have_pgbouncer() { have pgbouncer || [[ -x /usr/sbin/pgbouncer ]]; }
 have_pgbouncer || missing+=(pgbouncer)
+# nutcracker (twemproxy), the peer fencebench compares the RESP listener with.
+have_nutcracker() { have nutcracker || [[ -x /usr/sbin/nutcracker ]]; }
+have_nutcracker || missing+=(nutcracker)
+# redis-py, one of the unmodified clients the RESP listener's tests drive.
+# Debian's python3 (not another one first on PATH), where python3-redis installs.
+have_redispy() { /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; }
+have_redispy || missing+=(python3-redis)
 
 # The worker examples (examples/): Python with Debian's python3-etcd3 and
 # python3-requests (for the system's python3), Node (fetch) and npm for the
@@ -62,11 +69,11 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 
-# etcd-server, prometheus and pgbouncer are wanted for their binaries only;
+# etcd-server, prometheus, pgbouncer and nutcracker are wanted for their binaries only;
 # on a machine running systemd their packages start services, and the system
 # etcd would take 127.0.0.1:2379 from `make run`'s embedded one.
 if [[ -d /run/systemd/system ]]; then
-	for pkg in etcd-server:etcd prometheus:prometheus pgbouncer:pgbouncer; do
+	for pkg in etcd-server:etcd prometheus:prometheus pgbouncer:pgbouncer nutcracker:nutcracker; do
 		if [[ " ${missing[*]} " == *" ${pkg%%:*} "* ]]; then
 			echo "deps: stopping and disabling the ${pkg#*:} service that ${pkg%%:*} installed"
 			systemctl disable --now "${pkg#*:}" >/dev/null 2>&1 || true
@@ -78,7 +85,7 @@ fi
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
 	have redis-server && have etcdctl && have etcd && have promtool && have curl && have jq && have_postgres && have_pgbouncer &&
-	have_py etcd3 && have_py requests && have node && have npm || {
+	have_nutcracker && have_redispy && have_py etcd3 && have_py requests && have node && have npm || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

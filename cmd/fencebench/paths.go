@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -37,13 +38,15 @@ const (
 	pgHTTP            = "pg-http"
 	redisDirectPlain  = "redis-direct-plain"
 	redisDirectFenced = "redis-direct-fenced"
+	redisRESP         = "redis-resp"
+	redisTwemproxy    = "redis-twemproxy"
 	redisGRPC         = "redis-grpc"
 	redisHTTP         = "redis-http"
 )
 
 var allPaths = []string{
 	pgDirectPlain, pgDirectFenced, pgWire, pgBouncer, pgBouncerFenced, pgGRPC, pgGRPCSecure, pgHTTP, pgHTTPSecure,
-	redisDirectPlain, redisDirectFenced, redisGRPC, redisGRPCSecure, redisHTTP, redisHTTPSecure,
+	redisDirectPlain, redisDirectFenced, redisRESP, redisTwemproxy, redisGRPC, redisGRPCSecure, redisHTTP, redisHTTPSecure,
 }
 
 func isPath(p string) bool {
@@ -58,7 +61,7 @@ func isPath(p string) bool {
 // viaGateway reports whether path goes through fencegate.
 func viaGateway(path string) bool {
 	switch plainTwin(path) {
-	case pgWire, pgGRPC, pgHTTP, redisGRPC, redisHTTP:
+	case pgWire, pgGRPC, pgHTTP, redisRESP, redisGRPC, redisHTTP:
 		return true
 	}
 	return false
@@ -72,6 +75,8 @@ func (e *env) proxyPID(path string) int {
 		return e.gateFor(path).pid()
 	case path == pgBouncer || path == pgBouncerFenced:
 		return e.bouncer.pid()
+	case path == redisTwemproxy:
+		return e.twem.pid()
 	}
 	return 0
 }
@@ -140,6 +145,31 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 			}
 		}
 		return clientSet{ops: ops, close: func() { _ = b.Close() }}, nil
+
+	case redisRESP, redisTwemproxy:
+		// One connection per client, as separate workers would have; the
+		// RESP listener's clients log in with their fence and token.
+		conns := make([]*respConn, 0, len(ops))
+		closeAll := func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}
+		for i := range ops {
+			t := at(i)
+			addr, auth := e.twemAddr(), []string(nil)
+			if path == redisRESP {
+				addr, auth = e.gate.respAddr, []string{"AUTH", t.fence, strconv.FormatInt(t.token, 10)}
+			}
+			c, err := dialRESP(ctx, addr, auth, "SET", redisKey(t.fence), "7")
+			if err != nil {
+				closeAll()
+				return clientSet{}, fmt.Errorf("client %d: %w", i, err)
+			}
+			conns = append(conns, c)
+			ops[i] = func(ctx context.Context) error { return respOutcome(c.do(ctx), stale) }
+		}
+		return clientSet{ops: ops, close: closeAll}, nil
 
 	case pgGRPC, redisGRPC, pgGRPCSecure, redisGRPCSecure:
 		g := e.gateFor(path)
@@ -326,6 +356,29 @@ func pgOutcome(err error, stale bool) error {
 		return nil
 	}
 	return err
+}
+
+// respOutcome: a stale token through the RESP listener is -STALE_TOKEN.
+func respOutcome(err error, stale bool) error {
+	if !stale {
+		return err
+	}
+	if err == nil {
+		return errStaleAccepted
+	}
+	var er errReply
+	if errors.As(err, &er) && strings.HasPrefix(string(er), "STALE_TOKEN ") {
+		return nil
+	}
+	return err
+}
+
+// twemAddr is twemproxy's address; empty when it is not started.
+func (e *env) twemAddr() string {
+	if e.twem == nil {
+		return ""
+	}
+	return e.twem.addr
 }
 
 func grpcOutcome(err error, stale bool) error {

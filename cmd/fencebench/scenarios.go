@@ -293,16 +293,16 @@ func (b *bench) runStale(ctx context.Context) error {
 		}
 	}
 
-	// pg-wire also at 1 client: its refusal's latency next to an accepted
-	// write's shows that no round trip to PostgreSQL is in it.
+	// pg-wire and redis-resp also at 1 client: a refusal's latency next to
+	// an accepted write's shows that no round trip to the backend is in it.
 	clients := []int{1, 16}
 	if !b.cfg.quick {
 		clients = []int{1, 16, 64}
 	}
 	total := staleCheck{ok: true}
 	for _, n := range clients {
-		for _, p := range []string{pgWire, pgGRPC, pgHTTP, redisGRPC, redisHTTP} {
-			if !b.cfg.wantsPath(p) || n == 1 && p != pgWire {
+		for _, p := range []string{pgWire, pgGRPC, pgHTTP, redisRESP, redisGRPC, redisHTTP} {
+			if !b.cfg.wantsPath(p) || n == 1 && p != pgWire && p != redisRESP {
 				continue
 			}
 			o := loadOpts{warmup: b.cfg.warmup, duration: b.cfg.duration, gatePID: b.env.gate.pid(), backendPID: b.env.backendPID(p)}

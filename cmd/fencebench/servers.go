@@ -43,9 +43,12 @@ type env struct {
 	// bouncer is pgbouncer in front of pg (pgbouncer.go); nil when the
 	// pg-bouncer paths are not measured.
 	bouncer *bouncer
-	cli     *clientv3.Client // the bench's etcd client (campaigns)
-	admin   *pgx.Conn        // the bench's own PostgreSQL session (setup, counters)
-	radmin  *goredis.Client  // the bench's own Redis client (counters)
+	// twem is nutcracker in front of rd (twemproxy.go); nil when the
+	// redis-twemproxy path is not measured.
+	twem   *twemproxy
+	cli    *clientv3.Client // the bench's etcd client (campaigns)
+	admin  *pgx.Conn        // the bench's own PostgreSQL session (setup, counters)
+	radmin *goredis.Client  // the bench's own Redis client (counters)
 
 	pgDSN string
 	// pgGatewayDSN is the role fencegate serves as.
@@ -117,6 +120,11 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 			return nil, err
 		}
 	}
+	if cfg.wants("load") && cfg.wantsPath(redisTwemproxy) {
+		if e.twem, err = startTwemproxy(ctx, e.redisAddr); err != nil {
+			return nil, err
+		}
+	}
 	e.radmin = goredis.NewClient(&goredis.Options{Addr: e.redisAddr, Protocol: 2, DisableIdentity: true})
 	e.gate, err = startGateway(ctx, cfg, dir, e, "fencegate", nil, nil)
 	if err != nil {
@@ -148,6 +156,9 @@ func (e *env) Close() {
 	}
 	if e.bouncer != nil {
 		e.bouncer.Close()
+	}
+	if e.twem != nil {
+		e.twem.Close()
 	}
 	if e.radmin != nil {
 		_ = e.radmin.Close()
@@ -200,6 +211,7 @@ type gateway struct {
 	grpcAddr  string
 	httpAddr  string
 	pgAddr    string // the PostgreSQL listener; empty on the secure gateway
+	respAddr  string // the RESP listener; empty on the secure gateway
 	pprofAddr string
 	logPath   string
 	done      chan struct{}
@@ -255,6 +267,10 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env, name stri
 			return nil, err
 		}
 		args = append(args, "--pg-listen-addr="+g.pgAddr)
+		if g.respAddr, err = freeAddr(); err != nil {
+			return nil, err
+		}
+		args = append(args, "--redis-listen-addr="+g.respAddr)
 	}
 	if cfg.profileDir != "" {
 		if g.pprofAddr, err = freeAddr(); err != nil {

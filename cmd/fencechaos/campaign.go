@@ -59,7 +59,7 @@ func runCampaign(ctx context.Context, args []string) int {
 	var cfg campaignConfig
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.StringVar(&cfg.Backend, "backend", "postgres", "postgres or redis")
-	fs.StringVar(&cfg.Protocol, "protocol", protoGRPCHTTP, "how the workers write: grpc, http, grpc+http (each write over one of them, --http the chance of HTTP; alias mixed), or pgwire (pgx through fencegate's PostgreSQL listener; postgres only)")
+	fs.StringVar(&cfg.Protocol, "protocol", protoGRPCHTTP, "how the workers write: grpc, http, grpc+http (each write over one of them, --http the chance of HTTP; alias mixed), pgwire (pgx through fencegate's PostgreSQL listener; postgres only) or resp (go-redis through fencegate's RESP listener; redis only)")
 	fs.StringVar(&cfg.Mode, "mode", "fenced", "fenced (workers write through fencegate) or control (straight to the backend)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule and the workers; 0 picks one (printed)")
 	fs.DurationVar(&cfg.Duration, "duration", time.Minute, "how long faults are injected")
@@ -217,6 +217,9 @@ type gateway struct {
 	// pgAddr is the PostgreSQL listener's (--pg-listen-addr), with
 	// --protocol=pgwire; empty otherwise.
 	pgAddr string
+	// respAddr is the RESP listener's (--redis-listen-addr), with
+	// --protocol=resp; empty otherwise.
+	respAddr string
 	// backend is this replica's own path to PostgreSQL or Redis, so one
 	// replica's link can be stalled while the other's works.
 	backend *cutProxy
@@ -617,8 +620,11 @@ func (c *campaign) startGateways(ctx context.Context) error {
 	}
 	for i := range 2 {
 		g := &gateway{grpcAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i]), httpAddr: fmt.Sprintf("127.0.0.1:%d", ports[3*i+1])}
-		if c.cfg.Protocol == protoPgwire {
+		switch c.cfg.Protocol {
+		case protoPgwire:
 			g.pgAddr = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
+		case protoRESP:
+			g.respAddr = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
 		}
 		if g.backend, err = newCutProxy(c.backendAddr()); err != nil {
 			return err
@@ -631,6 +637,9 @@ func (c *campaign) startGateways(ctx context.Context) error {
 		}, c.backendArgs(g.backend.Addr())...)
 		if g.pgAddr != "" {
 			args = append(args, "--pg-listen-addr="+g.pgAddr)
+		}
+		if g.respAddr != "" {
+			args = append(args, "--redis-listen-addr="+g.respAddr)
 		}
 		if i == 0 {
 			// One connection slot: concurrent writes through g0 share
@@ -679,12 +688,15 @@ func (c *campaign) waitReady(ctx context.Context, g *gateway, limit time.Duratio
 }
 
 func (c *campaign) startWorkers() error {
-	var gws, httpGws, pgGws []string
+	var gws, httpGws, pgGws, respGws []string
 	for _, g := range c.gateways {
 		gws = append(gws, g.grpcAddr)
 		httpGws = append(httpGws, g.httpAddr)
 		if g.pgAddr != "" {
 			pgGws = append(pgGws, g.pgAddr)
+		}
+		if g.respAddr != "" {
+			respGws = append(respGws, g.respAddr)
 		}
 	}
 	for i := range c.cfg.Workers {
@@ -731,6 +743,9 @@ func (c *campaign) startWorkers() error {
 					if c.hostile() {
 						args = append(args, c.creds.intruder.args("intruder-")...)
 					}
+				}
+				if len(respGws) > 0 {
+					args = append(args, "--resp-gateways", strings.Join(respGws, ","))
 				}
 				if c.pgLoginDSN != "" {
 					args = append(args, "--pg-gateways", strings.Join(pgGws, ","), "--pg-login-dsn", c.pgLoginDSN)

@@ -51,9 +51,11 @@ func checkProtocol(cfg *campaignConfig) error {
 			return fmt.Errorf("--protocol=pgwire needs --backend=postgres (Redis clients speak RESP)")
 		}
 	case protoRESP:
-		return errors.New("--protocol=resp: not yet (Redis RESP workers come with fencegate's RESP listener, issue 14)")
+		if cfg.Backend != "redis" {
+			return fmt.Errorf("--protocol=resp needs --backend=redis (PostgreSQL clients speak pgwire)")
+		}
 	default:
-		return fmt.Errorf("--protocol %q: want grpc, http, grpc+http (or mixed) or pgwire", cfg.Protocol)
+		return fmt.Errorf("--protocol %q: want grpc, http, grpc+http (or mixed), pgwire or resp", cfg.Protocol)
 	}
 	if cfg.HTTPP < 0 || cfg.HTTPP > 1 {
 		return fmt.Errorf("--http %v: want a probability from 0 to 1", cfg.HTTPP)

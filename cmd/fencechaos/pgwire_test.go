@@ -85,7 +85,8 @@ func TestCheckProtocol(t *testing.T) {
 		{"postgres", "http", 0.5, "http", 1, ""},
 		{"postgres", "pgwire", 0.5, "pgwire", 0.5, ""},
 		{"redis", "pgwire", 0.5, "", 0, "--protocol=pgwire needs --backend=postgres"},
-		{"redis", "resp", 0.5, "", 0, "--protocol=resp: not yet"},
+		{"redis", "resp", 0.5, "resp", 0.5, ""},
+		{"postgres", "resp", 0.5, "", 0, "--protocol=resp needs --backend=redis"},
 		{"postgres", "jdbc", 0.5, "", 0, `--protocol "jdbc": want`},
 		{"postgres", "grpc+http", 1.5, "", 0, "--http 1.5: want a probability"},
 	}

@@ -73,8 +73,10 @@ type workerConfig struct {
 	Protocol     string
 	// PgGateways are the replicas' PostgreSQL listeners, PgLoginDSN the
 	// pgwire workers' own login (--protocol=pgwire).
-	PgGateways    []string
-	PgLoginDSN    string
+	PgGateways []string
+	PgLoginDSN string
+	// RespGateways are the replicas' RESP listeners (--protocol=resp).
+	RespGateways  []string
 	PostgresDSN   string
 	RedisAddr     string
 	History       string
@@ -132,7 +134,8 @@ func runWorker(ctx context.Context, args []string) error {
 	gateways := fs.String("gateways", "", "comma-separated fencegate gRPC addresses")
 	httpGateways := fs.String("http-gateways", "", "comma-separated fencegate HTTP addresses")
 	fs.Float64Var(&cfg.HTTPP, "http", 0.5, "probability that a fenced write goes over HTTP/JSON rather than gRPC")
-	fs.StringVar(&cfg.Protocol, "protocol", protoGRPCHTTP, "grpc, http or grpc+http (the gateways' APIs, --http the chance of HTTP), or pgwire (pgx, through --pg-gateways; straight to --pg-login-dsn's database in control mode)")
+	fs.StringVar(&cfg.Protocol, "protocol", protoGRPCHTTP, "grpc, http or grpc+http (the gateways' APIs, --http the chance of HTTP), pgwire (pgx, through --pg-gateways; straight to --pg-login-dsn's database in control mode) or resp (go-redis, through --resp-gateways)")
+	respGateways := fs.String("resp-gateways", "", "comma-separated fencegate RESP listener addresses (--protocol=resp)")
 	pgGateways := fs.String("pg-gateways", "", "comma-separated fencegate PostgreSQL listener addresses (--protocol=pgwire)")
 	fs.StringVar(&cfg.PgLoginDSN, "pg-login-dsn", "", "the pgwire workers' login, as a DSN straight to the database (--protocol=pgwire)")
 	fs.StringVar(&cfg.PostgresDSN, "postgres-dsn", "", "PostgreSQL DSN (control mode)")
@@ -164,6 +167,7 @@ func runWorker(ctx context.Context, args []string) error {
 	cfg.Gateways = splitList(*gateways)
 	cfg.HTTPGateways = splitList(*httpGateways)
 	cfg.PgGateways = splitList(*pgGateways)
+	cfg.RespGateways = splitList(*respGateways)
 	if cfg.ID == "" || cfg.History == "" || len(cfg.Etcd) == 0 {
 		return errors.New("worker: --id, --history and --etcd are required")
 	}
@@ -474,8 +478,15 @@ func redisOutcome(err error) (Outcome, string) {
 // newSender sends writes through fencegate by cfg.Protocol, over TLS with
 // files when files.CA is set.
 func newSender(cfg workerConfig, files tlsFiles) (sendFunc, func(), error) {
-	if cfg.Protocol == protoPgwire {
+	switch cfg.Protocol {
+	case protoPgwire:
 		s, err := newPgwireSender(cfg, files, true)
+		if err != nil {
+			return nil, nil, err
+		}
+		return s.send, s.Close, nil
+	case protoRESP:
+		s, err := newRespSender(cfg, files)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -22,6 +22,7 @@ gateway on its default ports. Everything is removed on Ctrl-C or SIGTERM.`
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg := defaultServeConfig()
 	cfg.PgListenAddr = "127.0.0.1:7432"
+	cfg.RedisListenAddr = "127.0.0.1:7379"
 	etcdURL := "http://127.0.0.1:2379"
 	var pgPort, redisPort int
 	fs := flag.NewFlagSet("dev", flag.ContinueOnError)
@@ -74,6 +75,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	if _, err := redisthrowaway.FindBinary(); err != nil {
 		log.Warn("Redis disabled: redis-server not found (install Debian package redis-server)")
+		cfg.RedisListenAddr = ""
 	} else {
 		log.Info("starting throwaway Redis")
 		rd, err := redisthrowaway.Start(ctx, redisthrowaway.Options{Port: redisPort})

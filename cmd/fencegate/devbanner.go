@@ -21,6 +21,10 @@ func printDevBanner(w io.Writer, cfg serveConfig, adminDSN string) {
 		_, port, _ := net.SplitHostPort(cfg.RedisAddr)
 		env += " REDIS_PORT=" + port
 	}
+	if cfg.RedisListenAddr != "" {
+		_, port, _ := net.SplitHostPort(dialable(cfg.RedisListenAddr))
+		env += " FG_RESP_PORT=" + port
+	}
 	fmt.Fprintf(w, `
 fencegate dev is up.
   etcd        %s  (embedded)
@@ -33,7 +37,7 @@ walkthrough ("Two minutes: a zombie leader refused").
 %s
 
 Ctrl-C stops everything.
-`, cfg.EtcdEndpoints, adminDSN, redis, cfg.GRPCAddr, cfg.HTTPAddr, pgLine(cfg), env)
+`, cfg.EtcdEndpoints, adminDSN, redis, cfg.GRPCAddr, cfg.HTTPAddr, pgLine(cfg)+redisLine(cfg), env)
 }
 
 // dialable turns a listen address into one a client on this machine can
@@ -64,4 +68,13 @@ func pgLine(cfg serveConfig) string {
 	}
 	host, port, _ := net.SplitHostPort(dialable(cfg.PgListenAddr))
 	return fmt.Sprintf("  psql        PGOPTIONS='-c fencegate.fence=<fence> -c fencegate.token=<token>' psql -h %s -p %s -U %s postgres\n", host, port, devRole)
+}
+
+// redisLine is the banner's line about the RESP listener, if any.
+func redisLine(cfg serveConfig) string {
+	if cfg.RedisListenAddr == "" {
+		return ""
+	}
+	host, port, _ := net.SplitHostPort(dialable(cfg.RedisListenAddr))
+	return fmt.Sprintf("  redis-cli   redis-cli -h %s -p %s --user <fence> --pass <token>\n", host, port)
 }

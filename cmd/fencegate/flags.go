@@ -35,8 +35,11 @@ type serveConfig struct {
 	PgListenAddr string
 	TermSources  string
 	routes       []election.Route
-	HTTPAddr     string
-	PprofAddr    string
+	// RedisListenAddr is the RESP (drop-in Redis) listener; off when
+	// empty.
+	RedisListenAddr string
+	HTTPAddr        string
+	PprofAddr       string
 	// MetricsAddr is the plain-HTTP health and metrics listener; off
 	// when empty.
 	MetricsAddr     string
@@ -87,6 +90,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.IntVar(&c.Proxy.MaxInFlight, "max-in-flight", c.Proxy.MaxInFlight, "most writes in flight to each backend; past it writes get OVERLOADED")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.PgListenAddr, "pg-listen-addr", c.PgListenAddr, "PostgreSQL wire-protocol listen address: unmodified PostgreSQL clients connect here, every transaction fenced (off when empty; needs --postgres-dsn)")
+	fs.StringVar(&c.RedisListenAddr, "redis-listen-addr", c.RedisListenAddr, "RESP (drop-in Redis) listen address: unmodified Redis clients connect here with AUTH <fence> <token>, every command fenced (off when empty; needs --redis-addr)")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP/JSON, health and metrics listen address")
 	registerMetricsAddr(fs, &c.MetricsAddr)
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's net/http/pprof profiles on this address (off when empty; never expose it)")
@@ -159,7 +163,7 @@ func (c *serveConfig) validate() error {
 	if err := c.Security.validate(); err != nil {
 		return err
 	}
-	if err := c.Security.checkExposure(c.Insecure, [2]string{"--grpc-addr", c.GRPCAddr}, [2]string{"--http-addr", c.HTTPAddr}, [2]string{"--pg-listen-addr", c.PgListenAddr}); err != nil {
+	if err := c.Security.checkExposure(c.Insecure, [2]string{"--grpc-addr", c.GRPCAddr}, [2]string{"--http-addr", c.HTTPAddr}, [2]string{"--pg-listen-addr", c.PgListenAddr}, [2]string{"--redis-listen-addr", c.RedisListenAddr}); err != nil {
 		return err
 	}
 	if c.PprofAddr != "" && !isLoopbackAddr(c.PprofAddr) && !c.Insecure {

@@ -41,7 +41,7 @@ func TestDevStaysReady(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{
 			"dev", "--log-format=json", "--etcd-listen=http://" + etcdAddr,
-			"--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + freeAddr(t),
+			"--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + freeAddr(t), "--redis-listen-addr=" + freeAddr(t),
 		}, &stdout, &stderr)
 	}()
 	waitReady(t, httpAddr, done, &stderr)

@@ -108,13 +108,13 @@ func freeAddr(t *testing.T) string {
 // ready, then cancels it as SIGINT would and checks every port is free
 // again.
 func TestDev(t *testing.T) {
-	etcdAddr, grpcAddr, httpAddr, pgAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	etcdAddr, grpcAddr, httpAddr, pgAddr, respAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"dev", "--etcd-listen=http://" + etcdAddr, "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + pgAddr}, &stdout, &stderr)
+		done <- run(ctx, []string{"dev", "--etcd-listen=http://" + etcdAddr, "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + pgAddr, "--redis-listen-addr=" + respAddr}, &stdout, &stderr)
 	}()
 
 	deadline := time.Now().Add(90 * time.Second)
@@ -154,6 +154,14 @@ func TestDev(t *testing.T) {
 		t.Errorf("got %v, want fencegate's refusal (no leader)", err)
 	}
 	pc.Close(ctx)
+	// So does the RESP listener, to redis-cli.
+	respHost, respPort, _ := strings.Cut(respAddr, ":")
+	if !strings.Contains(stdout.String(), "redis-cli -h 127.0.0.1 -p "+respPort+" --user <fence> --pass <token>") {
+		t.Errorf("got stdout %q, want the redis-cli line", stdout.String())
+	}
+	if got := redisCli(t, "-h", respHost, "-p", respPort, "--user", "devtest", "--pass", "1", "SET", "{devtest}:k", "v"); !strings.HasPrefix(got, "UNKNOWN_TERM fencegate: ") {
+		t.Errorf("redis-cli SET through dev's RESP listener: got %q, want fencegate's refusal (no leader)", got)
+	}
 	resp, err := http.Get("http://" + httpAddr + "/metrics")
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 var walkthroughHeadings = []string{
 	"## Two minutes: a zombie leader refused",
 	"## Drop-in PostgreSQL: psql writes through fencegate",
+	"## Drop-in Redis: redis-cli writes through fencegate",
 }
 
 // readmeBlock is one fenced code block of the walkthrough.
@@ -70,6 +71,17 @@ var walkthroughWants = map[string][]string{
 		`"status": "SERVING"`,
 		`Code: Aborted\n  Message: fencegate: TERM_ENDED: term {T5} of election "jobs" is over`,
 		`grpcurl: exit status 74\n`,
+	},
+	`"Drop-in Redis: redis-cli writes through fencegate" block 1`: {
+		`worker-8 leads with token {T8}\n`,
+		`OK\n`,
+		`1\n`,
+	},
+	`"Drop-in Redis: redis-cli writes through fencegate" block 2`: {
+		`worker-9 leads with token {T9}\n`,
+		`STALE_TOKEN fencegate: token {T8} is below the current term {T9}\n`,
+		`STALE_TOKEN fencegate: token {T8} is below the current term {T9}\n\nOK\nOK\nQUEUED\nQUEUED\nOK\n2\nCOMMAND_NOT_ALLOWED fencegate: FLUSHALL: administrative commands are not allowed\n`,
+		`done\n`,
 	},
 	`"Drop-in PostgreSQL: psql writes through fencegate" block 1`: {
 		`CREATE TABLE\nGRANT\n`,
@@ -438,7 +450,7 @@ func walkthroughEnv(path string) []string {
 		switch {
 		// PG*: libpq's variables (PGOPTIONS, PGPORT, ...) would change
 		// where and how psql connects.
-		case k == "PATH", strings.HasPrefix(k, "ETCDCTL_"), strings.HasPrefix(k, "PG"), k == "FG_HTTP", k == "FG_GRPC", k == "DSN", k == "REDIS_PORT":
+		case k == "PATH", strings.HasPrefix(k, "ETCDCTL_"), strings.HasPrefix(k, "PG"), k == "FG_HTTP", k == "FG_GRPC", k == "DSN", k == "REDIS_PORT", k == "FG_RESP_PORT":
 			continue
 		}
 		env = append(env, kv)
@@ -475,7 +487,7 @@ func startDev(t *testing.T, bin, dir string) (banner string, stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "dev", "--etcd-listen=http://"+freeAddr(t), "--grpc-addr="+freeAddr(t), "--http-addr="+freeAddr(t), "--pg-listen-addr="+freeAddr(t))
+	cmd := exec.Command(bin, "dev", "--etcd-listen=http://"+freeAddr(t), "--grpc-addr="+freeAddr(t), "--http-addr="+freeAddr(t), "--pg-listen-addr="+freeAddr(t), "--redis-listen-addr="+freeAddr(t))
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

@@ -29,6 +29,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/api/pgwire"
+	"github.com/fencegate/fencegate/api/resp"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/coalesce"
@@ -82,6 +83,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	}
 	if cfg.PgListenAddr != "" && cfg.PostgresDSN == "" {
 		return errors.New("--pg-listen-addr needs --postgres-dsn: the database its clients reach")
+	}
+	if cfg.RedisListenAddr != "" && cfg.RedisAddr == "" {
+		return errors.New("--redis-listen-addr needs --redis-addr: the Redis its clients reach")
 	}
 
 	reg := prometheus.NewRegistry()
@@ -201,6 +205,32 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 	}
 
+	var rs *resp.Server
+	var redisLis net.Listener
+	if cfg.RedisListenAddr != "" {
+		rs, err = resp.New(gw, resp.Config{
+			TLS:          sec.tls.Config(),
+			MaxFenceName: cfg.Proxy.MaxFenceName,
+			MaxQueued:    cfg.Proxy.MaxStatements,
+			// A larger value is refused by the backend anyway; past it the
+			// listener stops reading.
+			MaxBulkBytes:    cfg.Redis.MaxValueBytes,
+			MaxCommandBytes: max(8<<20, cfg.Redis.MaxValueBytes),
+			Logger:          log,
+		})
+		if err == nil {
+			redisLis, err = net.Listen("tcp", cfg.RedisListenAddr)
+		}
+		if err != nil {
+			grpcLis.Close()
+			httpLis.Close()
+			if pgLis != nil {
+				pgLis.Close()
+			}
+			return fmt.Errorf("--redis-listen-addr: %w", err)
+		}
+	}
+
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(2 * cfg.MaxBodyBytes),
 		// A fixed set of goroutines with grown stacks serves the streams,
 		// instead of a new goroutine (and stack growth) per request.
@@ -266,6 +296,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			if metricsLis != nil {
 				metricsLis.Close()
 			}
+			if redisLis != nil {
+				redisLis.Close()
+			}
 			return err
 		}
 		log.Info("serving pprof", "addr", ps)
@@ -314,6 +347,14 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			return nil
 		})
 	}
+	if rs != nil {
+		g.Go(func() error {
+			if err := rs.Serve(redisLis); err != nil && !errors.Is(err, resp.ErrServerClosed) {
+				return fmt.Errorf("redis listener: %w", err)
+			}
+			return nil
+		})
+	}
 	g.Go(func() error {
 		<-gctx.Done()
 		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
@@ -329,8 +370,18 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			}
 			close(pgDone)
 		}()
+		redisDone := make(chan struct{})
+		go func() {
+			// Idle connections end now, the others once they have answered
+			// what they read.
+			if rs != nil {
+				_ = rs.Shutdown(sctx)
+			}
+			close(redisDone)
+		}()
 		_ = hs.Shutdown(sctx)
 		<-pgDone
+		<-redisDone
 		select {
 		case <-done:
 		case <-sctx.Done():
@@ -342,7 +393,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	if pgLis != nil {
 		pgAddr = pgLis.Addr().String()
 	}
-	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "pg", pgAddr, "metrics", metricsAddr,
+	redisListen := ""
+	if redisLis != nil {
+		redisListen = redisLis.Addr().String()
+	}
+	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "pg", pgAddr, "resp", redisListen, "metrics", metricsAddr,
 		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix, "term_sources", cfg.TermSources,
 		"postgres", opts.Postgres != nil, "redis", opts.Redis != nil, "tls", sec.tls != nil,
 		"authentication", opts.AuthRequired, "policy", cfg.Security.PolicyFile, "policy_mode", cfg.Security.PolicyMode,

@@ -1,0 +1,21 @@
+package resp
+
+import "testing"
+
+// TestKindOfAllocs: classifying a command, on every command, allocates
+// nothing.
+func TestKindOfAllocs(t *testing.T) {
+	for _, name := range []string{"set", "SET", "hgetall", "Ping", "unwatch", "zrangebyscore"} {
+		if n := testing.AllocsPerRun(100, func() { _ = kindOf(name); _ = statusReply([]string{name, "k", "v"}) }); n != 0 {
+			t.Errorf("kindOf(%q): got %v allocations, want 0", name, n)
+		}
+	}
+	for _, tt := range []struct {
+		name string
+		want kind
+	}{{"set", kindData}, {"ping", kindPing}, {"HeLLo", kindHello}, {"multi", kindMulti}, {"exec", kindExec}, {"execute", kindData}} {
+		if got := kindOf(tt.name); got != tt.want {
+			t.Errorf("kindOf(%q): got %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

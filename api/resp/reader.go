@@ -1,0 +1,223 @@
+package resp
+
+import (
+	"bufio"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// protocolError is malformed or oversized input: the client gets it as an
+// error reply and the connection is closed, as Redis does, because what
+// follows in the stream cannot be framed any more.
+type protocolError struct{ msg string }
+
+func (e *protocolError) Error() string { return "resp: protocol error: " + e.msg }
+
+func protoErr(format string, args ...any) error {
+	return &protocolError{msg: fmt.Sprintf(format, args...)}
+}
+
+// limits bound what one command may make fencegate read and hold.
+type limits struct {
+	maxArgs, maxBulk, maxCommand, maxInline int
+}
+
+// reader parses client commands: RESP arrays of bulk strings, and inline
+// commands (a line of words) as redis-cli and telnet users send.
+type reader struct {
+	br  *bufio.Reader
+	lim limits
+	// scratch holds one command's argument bytes; ends their ends in it.
+	scratch []byte
+	ends    []int
+}
+
+func newReader(r io.Reader, lim limits) *reader {
+	return &reader{br: bufio.NewReaderSize(r, 16<<10), lim: lim}
+}
+
+// buffered reports whether more input is already read, so a command can
+// be parsed without waiting for the client.
+func (r *reader) buffered() bool { return r.br.Buffered() > 0 }
+
+// command reads the next command. Its arguments share one allocation.
+// An empty inline line is skipped. Errors are io errors or
+// *protocolError.
+func (r *reader) command() ([]string, error) {
+	for {
+		b, err := r.br.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		if b != '*' {
+			if err := r.br.UnreadByte(); err != nil {
+				return nil, err
+			}
+			args, err := r.inline()
+			if err != nil || len(args) > 0 {
+				return args, err
+			}
+			continue
+		}
+		n, err := r.number('*', r.lim.maxArgs)
+		if err != nil {
+			return nil, err
+		}
+		if n <= 0 {
+			continue // Redis ignores empty and null arrays.
+		}
+		r.scratch, r.ends = r.scratch[:0], r.ends[:0]
+		for range n {
+			b, err := r.br.ReadByte()
+			if err != nil {
+				return nil, unexpectedEOF(err)
+			}
+			if b != '$' {
+				return nil, protoErr("expected '$', got %q", b)
+			}
+			size, err := r.number('$', r.lim.maxBulk)
+			if err != nil {
+				return nil, err
+			}
+			if size < 0 {
+				return nil, protoErr("invalid bulk length")
+			}
+			if len(r.scratch)+size > r.lim.maxCommand {
+				return nil, protoErr("command of more than %d bytes", r.lim.maxCommand)
+			}
+			start := len(r.scratch)
+			r.scratch = append(r.scratch, make([]byte, size+2)...)
+			if _, err := io.ReadFull(r.br, r.scratch[start:]); err != nil {
+				return nil, unexpectedEOF(err)
+			}
+			if r.scratch[start+size] != '\r' || r.scratch[start+size+1] != '\n' {
+				return nil, protoErr("bulk string not followed by CRLF")
+			}
+			r.scratch = r.scratch[:start+size]
+			r.ends = append(r.ends, len(r.scratch))
+		}
+		return r.split(), nil
+	}
+}
+
+// split turns scratch and ends into arguments backed by one string.
+func (r *reader) split() []string {
+	all := string(r.scratch)
+	args := make([]string, len(r.ends))
+	start := 0
+	for i, end := range r.ends {
+		args[i] = all[start:end]
+		start = end
+	}
+	return args
+}
+
+// number reads the decimal after a '*' or '$' up to CRLF, refusing one
+// above max.
+func (r *reader) number(kind byte, max int) (int, error) {
+	line, err := r.line(32)
+	if err != nil {
+		return 0, err
+	}
+	if len(line) == 2 && line[0] == '-' && line[1] == '1' {
+		return -1, nil
+	}
+	if len(line) == 0 {
+		return 0, protoErr("invalid %s length", lengthName(kind))
+	}
+	n := 0
+	for _, c := range line {
+		if c < '0' || c > '9' {
+			return 0, protoErr("invalid %s length %q", lengthName(kind), line)
+		}
+		n = n*10 + int(c-'0')
+		if n > max {
+			return 0, protoErr("%s length over the limit of %d", lengthName(kind), max)
+		}
+	}
+	return n, nil
+}
+
+func lengthName(kind byte) string {
+	if kind == '*' {
+		return "multibulk"
+	}
+	return "bulk"
+}
+
+// line reads up to CRLF (or LF, as Redis accepts inline) and returns it
+// without the line end, refusing lines longer than max.
+func (r *reader) line(max int) ([]byte, error) {
+	line, err := r.br.ReadSlice('\n')
+	if errors.Is(err, bufio.ErrBufferFull) || len(line) > max+2 {
+		return nil, protoErr("line over the limit of %d bytes", max)
+	}
+	if err != nil {
+		return nil, unexpectedEOF(err)
+	}
+	line = line[:len(line)-1]
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	return line, nil
+}
+
+// inline reads an inline command: words separated by spaces or tabs.
+// Quoting is not supported; a quote character is refused rather than
+// taken literally.
+func (r *reader) inline() ([]string, error) {
+	line, err := r.longLine(r.lim.maxInline)
+	if err != nil {
+		return nil, err
+	}
+	if bytes.ContainsAny(line, "\"'") {
+		return nil, protoErr("quotes in inline commands are not supported; send RESP arrays")
+	}
+	r.scratch, r.ends = r.scratch[:0], r.ends[:0]
+	for _, w := range bytes.Fields(line) {
+		if len(r.ends) == r.lim.maxArgs {
+			return nil, protoErr("multibulk length over the limit of %d", r.lim.maxArgs)
+		}
+		r.scratch = append(r.scratch, w...)
+		r.ends = append(r.ends, len(r.scratch))
+	}
+	if len(r.ends) == 0 {
+		return nil, nil
+	}
+	return r.split(), nil
+}
+
+// longLine reads a line that may be longer than the read buffer.
+func (r *reader) longLine(max int) ([]byte, error) {
+	var buf []byte
+	for {
+		part, err := r.br.ReadSlice('\n')
+		if len(buf)+len(part) > max+2 {
+			return nil, protoErr("too big inline request (limit %d bytes)", max)
+		}
+		if errors.Is(err, bufio.ErrBufferFull) {
+			buf = append(buf, part...)
+			continue
+		}
+		if err != nil {
+			return nil, unexpectedEOF(err)
+		}
+		if buf != nil {
+			part = append(buf, part...)
+		}
+		part = part[:len(part)-1]
+		if n := len(part); n > 0 && part[n-1] == '\r' {
+			part = part[:n-1]
+		}
+		return part, nil
+	}
+}
+
+func unexpectedEOF(err error) error {
+	if errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}

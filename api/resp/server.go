@@ -1,0 +1,269 @@
+package resp
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/fencegate/fencegate/api/auth"
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/policy"
+)
+
+// Config configures a Server. Zero values take the defaults noted.
+type Config struct {
+	// TLS, when set, makes every connection TLS (Redis has no in-band
+	// upgrade); a verified client certificate names the principal.
+	TLS *tls.Config
+	// MaxFenceName is the longest fence name AUTH accepts; 0 means
+	// proxy's default.
+	MaxFenceName int
+	// MaxQueued is the most commands MULTI queues (one write's commands:
+	// proxy.Config.MaxStatements); 0 means proxy's default.
+	MaxQueued int
+	// MaxPipelineBatch is the most pipelined commands sent as one write;
+	// 0 means 16, and it is capped at MaxQueued.
+	MaxPipelineBatch int
+	// MaxArgs is the most arguments of one command; 0 means 4096.
+	MaxArgs int
+	// MaxBulkBytes is the largest argument; 0 means 1 MiB. A larger one
+	// is a protocol error and closes the connection.
+	MaxBulkBytes int
+	// MaxCommandBytes bounds the arguments of one command together, and
+	// of one pipelined batch; 0 means 8 MiB.
+	MaxCommandBytes int
+	// MaxInlineBytes is the longest inline command; 0 means 64 KiB.
+	MaxInlineBytes int
+	// HandshakeTimeout bounds a TLS handshake; 0 means 10 s.
+	HandshakeTimeout time.Duration
+	// WriteTimeout bounds writing replies to a client that does not read
+	// them; 0 means 30 s.
+	WriteTimeout time.Duration
+	// Logger receives connection errors; nil discards them.
+	Logger *slog.Logger
+}
+
+func (c Config) withDefaults() Config {
+	def := proxy.DefaultConfig()
+	if c.MaxFenceName == 0 {
+		c.MaxFenceName = def.MaxFenceName
+	}
+	if c.MaxQueued == 0 {
+		c.MaxQueued = def.MaxStatements
+	}
+	if c.MaxPipelineBatch == 0 {
+		c.MaxPipelineBatch = 16
+	}
+	c.MaxPipelineBatch = min(c.MaxPipelineBatch, c.MaxQueued)
+	if c.MaxArgs == 0 {
+		c.MaxArgs = 4096
+	}
+	if c.MaxBulkBytes == 0 {
+		c.MaxBulkBytes = 1 << 20
+	}
+	if c.MaxCommandBytes == 0 {
+		c.MaxCommandBytes = 8 << 20
+	}
+	if c.MaxInlineBytes == 0 {
+		c.MaxInlineBytes = 64 << 10
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.WriteTimeout == 0 {
+		c.WriteTimeout = 30 * time.Second
+	}
+	return c
+}
+
+// Server serves RESP in front of the gateway's Redis backend.
+type Server struct {
+	gw     *proxy.Gateway
+	cfg    Config
+	log    *slog.Logger
+	ids    atomic.Int64
+	ctx    context.Context // cancelled by Close: aborts writes in flight
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	lis     map[net.Listener]struct{}
+	conns   map[*session]struct{}
+	closing bool
+	connsWG sync.WaitGroup
+	// shut mirrors closing for sessions, which must not take mu.
+	shut atomic.Bool
+}
+
+// New returns a Server running every data command through gw.
+func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
+	if gw == nil {
+		return nil, errors.New("resp: no gateway")
+	}
+	cfg = cfg.withDefaults()
+	switch {
+	case cfg.MaxArgs < 1, cfg.MaxBulkBytes < 1, cfg.MaxInlineBytes < 1, cfg.MaxQueued < 1, cfg.MaxPipelineBatch < 1:
+		return nil, errors.New("resp: limits must be positive")
+	case cfg.MaxCommandBytes < cfg.MaxBulkBytes:
+		return nil, fmt.Errorf("resp: MaxCommandBytes %d is below MaxBulkBytes %d", cfg.MaxCommandBytes, cfg.MaxBulkBytes)
+	}
+	if cfg.TLS != nil {
+		// Redis clients negotiate no ALPN protocol; the HTTP ones of the
+		// shared config would be wrong here.
+		cfg.TLS = cfg.TLS.Clone()
+		cfg.TLS.NextProtos = nil
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Server{gw: gw, cfg: cfg, log: log, ctx: ctx, cancel: cancel,
+		lis: map[net.Listener]struct{}{}, conns: map[*session]struct{}{}}, nil
+}
+
+// ErrServerClosed is returned by Serve after Shutdown or Close.
+var ErrServerClosed = errors.New("resp: server closed")
+
+// Serve accepts connections on lis until Shutdown or Close.
+func (s *Server) Serve(lis net.Listener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrServerClosed
+	}
+	s.lis[lis] = struct{}{}
+	s.mu.Unlock()
+	var delay time.Duration
+	for {
+		c, err := lis.Accept()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return ErrServerClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+				time.Sleep(delay)
+				continue
+			}
+			return fmt.Errorf("resp: accept: %w", err)
+		}
+		delay = 0
+		s.mu.Lock()
+		if s.closing {
+			s.mu.Unlock()
+			c.Close()
+			return ErrServerClosed
+		}
+		s.connsWG.Add(1)
+		s.mu.Unlock()
+		go func() {
+			defer s.connsWG.Done()
+			s.handle(c)
+		}()
+	}
+}
+
+// handle runs one connection: TLS when configured, then the session.
+func (s *Server) handle(c net.Conn) {
+	defer c.Close()
+	caller := &policy.Caller{Peer: c.RemoteAddr()}
+	conn := c
+	if s.cfg.TLS != nil {
+		tc := tls.Server(c, s.cfg.TLS)
+		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.HandshakeTimeout)
+		err := tc.HandshakeContext(ctx)
+		cancel()
+		if err != nil {
+			s.log.Debug("resp: TLS handshake", "peer", c.RemoteAddr().String(), "err", err)
+			return
+		}
+		if st := tc.ConnectionState(); len(st.VerifiedChains) > 0 && len(st.VerifiedChains[0]) > 0 {
+			caller.Principal = auth.PrincipalOf(st.VerifiedChains[0][0])
+		}
+		conn = tc
+	}
+	if caller.Principal == "" {
+		caller.AuthError = "no verified client certificate (RESP clients are identified by their TLS client certificate)"
+	}
+	sess := newSession(s, conn, proxy.WithProtocol(policy.NewContext(s.ctx, caller), proxy.ProtocolRESP))
+	if !s.track(sess, true) {
+		return
+	}
+	defer s.track(sess, false)
+	if err := sess.serve(); err != nil {
+		s.log.Debug("resp: connection closed", "peer", c.RemoteAddr().String(), "err", err)
+	}
+}
+
+// Shutdown stops accepting connections, closes idle ones at once and every
+// other one once it has answered what it read, and waits for them until ctx
+// is done; then it closes what is left.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.stopListening()
+	for c := range s.conns {
+		c.closeIfIdle()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.connsWG.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.Close()
+		<-done
+		return ctx.Err()
+	}
+}
+
+// Close closes the listeners and every connection now; writes in flight
+// are abandoned (their outcome is unknown to their clients).
+func (s *Server) Close() error {
+	s.mu.Lock()
+	s.stopListening()
+	for c := range s.conns {
+		c.conn.Close()
+	}
+	s.mu.Unlock()
+	s.cancel()
+	return nil
+}
+
+// stopListening is called with mu held.
+func (s *Server) stopListening() {
+	if s.closing {
+		return
+	}
+	s.closing = true
+	s.shut.Store(true)
+	for l := range s.lis {
+		l.Close()
+	}
+}
+
+func (s *Server) track(c *session, on bool) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if on {
+		if s.closing {
+			return false
+		}
+		s.conns[c] = struct{}{}
+	} else {
+		delete(s.conns, c)
+	}
+	return true
+}
+
+func (s *Server) closingNow() bool { return s.shut.Load() }

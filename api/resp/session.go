@@ -1,0 +1,669 @@
+package resp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/tokens"
+)
+
+// session is one client connection. One goroutine reads a command, or
+// every command the client has pipelined, runs them, and writes the
+// replies; it flushes when nothing more is buffered to answer.
+type session struct {
+	srv  *Server
+	conn net.Conn
+	r    *reader
+	w    *writer
+	ctx  context.Context // carries the caller; ends with the server
+	id   int64
+
+	fence, token string // from AUTH; token raw, as the client sent it
+	authed       bool
+	name         string
+
+	multi  bool
+	dirty  bool // a command was refused while queueing: EXEC aborts
+	queued [][]string
+
+	// Reused between batches: nothing below keeps them after a write.
+	batch [][]string
+	out   []any
+
+	mu   sync.Mutex
+	idle bool // blocked reading with every reply flushed
+}
+
+func newSession(s *Server, c net.Conn, ctx context.Context) *session {
+	lim := limits{maxArgs: s.cfg.MaxArgs, maxBulk: s.cfg.MaxBulkBytes, maxCommand: s.cfg.MaxCommandBytes, maxInline: s.cfg.MaxInlineBytes}
+	return &session{srv: s, conn: c, r: newReader(c, lim), w: newWriter(c), ctx: ctx, id: s.ids.Add(1)}
+}
+
+// errQuit ends a session the client asked to end.
+var errQuit = errors.New("resp: client quit")
+
+// serve runs the session until the client leaves, breaks the protocol,
+// or the server shuts down.
+func (s *session) serve() error {
+	var next []string // read while batching, not yet handled
+	for {
+		args := next
+		next = nil
+		if args == nil {
+			if !s.r.buffered() {
+				if err := s.flush(); err != nil {
+					return err
+				}
+				if !s.waitIdle() {
+					return ErrServerClosed
+				}
+			}
+			var err error
+			args, err = s.r.command()
+			s.busy()
+			if err != nil {
+				return s.fail(err)
+			}
+		}
+		k := kindOf(args[0])
+		if k != kindData || s.multi || !s.authed {
+			if err := s.local(k, args); err != nil {
+				_ = s.flush()
+				return err
+			}
+			continue
+		}
+		// Every data command the client has already sent goes in one
+		// write, so that a pipeline costs one script run, in order.
+		batch := append(s.batch[:0], args)
+		size := argBytes(args)
+		var rerr error
+		for len(batch) < s.srv.cfg.MaxPipelineBatch && size < s.srv.cfg.MaxCommandBytes && s.r.buffered() {
+			a, err := s.r.command()
+			if err != nil {
+				rerr = err
+				break
+			}
+			if kindOf(a[0]) != kindData {
+				next = a
+				break
+			}
+			batch = append(batch, a)
+			size += argBytes(a)
+		}
+		s.batch = batch
+		s.runBatch(batch)
+		clear(s.batch)
+		if rerr != nil {
+			return s.fail(rerr)
+		}
+	}
+}
+
+func argBytes(args []string) int {
+	n := 0
+	for _, a := range args {
+		n += len(a)
+	}
+	return n
+}
+
+// fail answers a protocol error before the connection closes.
+func (s *session) fail(err error) error {
+	var pe *protocolError
+	if errors.As(err, &pe) {
+		s.w.error("ERR Protocol error: " + pe.msg)
+		_ = s.flush()
+		return err
+	}
+	if errors.Is(err, io.EOF) {
+		_ = s.flush()
+		return nil
+	}
+	return err
+}
+
+func (s *session) flush() error {
+	if s.w.bw.Buffered() == 0 {
+		return nil
+	}
+	_ = s.conn.SetWriteDeadline(time.Now().Add(s.srv.cfg.WriteTimeout))
+	return s.w.flush()
+}
+
+// waitIdle marks the session idle before it blocks reading, unless the
+// server is shutting down.
+func (s *session) waitIdle() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.srv.closingNow() {
+		return false
+	}
+	s.idle = true
+	return true
+}
+
+func (s *session) busy() {
+	s.mu.Lock()
+	s.idle = false
+	s.mu.Unlock()
+}
+
+// closeIfIdle closes a session waiting for its client; a busy one ends
+// after answering what it has read (waitIdle).
+func (s *session) closeIfIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.idle {
+		s.conn.Close()
+	}
+}
+
+// runBatch runs data commands and writes their replies in order.
+func (s *session) runBatch(cmds [][]string) {
+	if cap(s.out) < len(cmds) {
+		s.out = make([]any, len(cmds))
+	}
+	out := s.out[:len(cmds)]
+	s.exec(cmds, out)
+	for i, v := range out {
+		if err, ok := v.(error); ok {
+			s.w.error(errorText(err, true))
+		} else {
+			s.reply(cmds[i], v)
+		}
+	}
+	clear(out)
+}
+
+// exec runs cmds as one fenced write, putting each command's reply or
+// error in out. When the write is refused because of one command (not
+// allowed, invalid, or failed in Redis and rolled back), nothing was
+// applied: the commands before it run again as one write, it runs alone
+// and gets its own answer, and the rest follow. So each pipelined command
+// is answered as Redis would answer it, never aborted by another's error.
+func (s *session) exec(cmds [][]string, out []any) {
+	_, res, err := s.srv.gw.Redis(s.ctx, s.fence, s.token, cmds)
+	if err == nil {
+		copy(out, res)
+		return
+	}
+	if i, ok := perCommand(err, len(cmds)); ok && len(cmds) > 1 {
+		if i > 0 {
+			s.exec(cmds[:i], out[:i])
+		}
+		s.exec(cmds[i:i+1], out[i:i+1])
+		if i+1 < len(cmds) {
+			s.exec(cmds[i+1:], out[i+1:])
+		}
+		return
+	}
+	for i := range out {
+		out[i] = err
+	}
+}
+
+// perCommand returns the index of the command a refusal is about, when
+// the refusal says nothing was applied because of that command alone.
+func perCommand(err error, n int) (int, bool) {
+	r, ok := tokens.AsRefusal(err)
+	if !ok {
+		return 0, false
+	}
+	switch r.Reason {
+	case tokens.ReasonStatementFailed, tokens.ReasonCommandNotAllowed, tokens.ReasonInvalidRequest:
+	default:
+		return 0, false
+	}
+	if r.Metadata["outcome"] == "unknown" {
+		return 0, false
+	}
+	i, perr := strconv.Atoi(r.Metadata["command"])
+	if perr != nil || i < 0 || i >= n {
+		return 0, false
+	}
+	return i, true
+}
+
+// errorText is the error reply for a refusal: Redis's own error as Redis
+// sends it, or fencegate's reason first (API.md, "RESP").
+func errorText(err error, single bool) string {
+	r, ok := tokens.AsRefusal(err)
+	if !ok {
+		return "ERR fencegate: " + err.Error()
+	}
+	if r.Reason == tokens.ReasonStatementFailed && r.Metadata["error"] != "" && r.Metadata["limit"] == "" {
+		return r.Metadata["error"]
+	}
+	msg := r.Msg
+	if single {
+		msg = strings.TrimPrefix(msg, "command 0: ")
+	}
+	if r.Err != nil {
+		msg += ": " + r.Err.Error()
+	}
+	if r.Metadata["outcome"] == "unknown" {
+		// The write may have been applied: the client must not take
+		// this for a refusal.
+		msg += " (outcome unknown)"
+	}
+	return string(r.Reason) + " fencegate: " + msg
+}
+
+// reply writes a data command's reply. Lua hands status replies back as
+// strings, so the commands that answer with a status are known by name.
+func (s *session) reply(args []string, v any) {
+	if str, ok := v.(string); ok && statusReply(args) {
+		s.w.status(str)
+		return
+	}
+	s.w.value(v)
+}
+
+func statusReply(args []string) bool {
+	var buf [8]byte
+	switch upper(args[0], &buf) {
+	case "SET":
+		for _, a := range args[3:] {
+			if strings.EqualFold(a, "GET") {
+				return false
+			}
+		}
+		return true
+	case "SETEX", "PSETEX", "MSET", "HMSET", "LSET", "LTRIM", "RENAME", "TYPE", "RESTORE", "PFMERGE":
+		return true
+	}
+	return false
+}
+
+// upper upper-cases a short ASCII name into buf without allocating; a
+// name longer than buf comes back empty (no command of interest is).
+func upper(s string, buf *[8]byte) string {
+	if len(s) > len(buf) {
+		return ""
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		buf[i] = c
+	}
+	return string(buf[:len(s)])
+}
+
+// kind is what fencegate does with a command: answer it itself, or run
+// it in Redis, fenced.
+type kind uint8
+
+const (
+	kindData kind = iota
+	kindPing
+	kindEcho
+	kindSelect
+	kindClient
+	kindQuit
+	kindReset
+	kindHello
+	kindAuth
+	kindCommand
+	kindMulti
+	kindExec
+	kindDiscard
+	kindWatch
+	kindUnwatch
+)
+
+func kindOf(name string) kind {
+	var buf [8]byte
+	switch upper(name, &buf) {
+	case "PING":
+		return kindPing
+	case "ECHO":
+		return kindEcho
+	case "SELECT":
+		return kindSelect
+	case "CLIENT":
+		return kindClient
+	case "QUIT":
+		return kindQuit
+	case "RESET":
+		return kindReset
+	case "HELLO":
+		return kindHello
+	case "AUTH":
+		return kindAuth
+	case "COMMAND":
+		return kindCommand
+	case "MULTI":
+		return kindMulti
+	case "EXEC":
+		return kindExec
+	case "DISCARD":
+		return kindDiscard
+	case "WATCH":
+		return kindWatch
+	case "UNWATCH":
+		return kindUnwatch
+	}
+	return kindData
+}
+
+// local answers a command fencegate handles itself, queues one inside
+// MULTI, or refuses a data command before AUTH. It returns errQuit when
+// the session ends.
+func (s *session) local(k kind, args []string) error {
+	w := s.w
+	if s.multi {
+		switch k {
+		case kindData:
+			switch {
+			case !s.authed:
+				s.dirty = true
+				w.error(noAuth)
+			case len(s.queued) >= s.srv.cfg.MaxQueued:
+				s.dirty = true
+				w.errorf("ERR fencegate: more than %d commands in one MULTI (one fenced write)", s.srv.cfg.MaxQueued)
+			default:
+				s.queued = append(s.queued, args)
+				w.status("QUEUED")
+			}
+			return nil
+		case kindExec, kindDiscard, kindMulti, kindWatch, kindQuit, kindReset:
+		default:
+			s.dirty = true
+			w.errorf("ERR fencegate: %s inside MULTI is not supported", strings.ToUpper(args[0]))
+			return nil
+		}
+	}
+	switch k {
+	case kindData:
+		w.error(noAuth)
+	case kindPing:
+		switch len(args) {
+		case 1:
+			w.status("PONG")
+		case 2:
+			w.bulk(args[1])
+		default:
+			arity(w, args)
+		}
+	case kindEcho:
+		if len(args) != 2 {
+			arity(w, args)
+			return nil
+		}
+		w.bulk(args[1])
+	case kindSelect:
+		switch {
+		case len(args) != 2:
+			arity(w, args)
+		case args[1] == "0":
+			w.status("OK")
+		default:
+			w.errorf("COMMAND_NOT_ALLOWED fencegate: SELECT %.20s: only database 0 is reachable through fencegate", args[1])
+		}
+	case kindClient:
+		s.client(args)
+	case kindQuit:
+		w.status("OK")
+		return errQuit
+	case kindReset:
+		s.reset()
+		w.status("RESET")
+	case kindHello:
+		s.hello(args)
+	case kindAuth:
+		switch len(args) {
+		case 2:
+			if s.fence == "" {
+				w.error("WRONGPASS fencegate: AUTH <fence> <token>: the user name is the fence (redis-cli --user <fence> --pass <token>)")
+				return nil
+			}
+			s.auth(s.fence, args[1])
+		case 3:
+			s.auth(args[1], args[2])
+		default:
+			arity(w, args)
+		}
+	case kindCommand:
+		s.command(args)
+	case kindMulti:
+		if s.multi {
+			w.error("ERR MULTI calls can not be nested")
+			return nil
+		}
+		s.multi = true
+		w.status("OK")
+	case kindExec:
+		s.execMulti()
+	case kindDiscard:
+		if !s.multi {
+			w.error("ERR DISCARD without MULTI")
+			return nil
+		}
+		s.endMulti()
+		w.status("OK")
+	case kindWatch:
+		if s.multi {
+			w.error("ERR WATCH inside MULTI is not allowed")
+			return nil
+		}
+		w.error("COMMAND_NOT_ALLOWED fencegate: WATCH is not supported: EXEC runs the queued commands as one atomic fenced script, and nothing else can be watched through fencegate")
+	case kindUnwatch:
+		w.status("OK") // nothing is ever watched
+	}
+	return nil
+}
+
+const noAuth = "NOAUTH fencegate: authentication required: AUTH <fence> <token> (redis-cli --user <fence> --pass <token>)"
+
+func arity(w *writer, args []string) {
+	w.errorf("ERR wrong number of arguments for '%.32s' command", strings.ToLower(args[0]))
+}
+
+// auth sets the connection's fence and token after checking their form,
+// and answers +OK; the token is decided on with every command. A refused
+// AUTH keeps the previous ones.
+func (s *session) auth(fence, token string) {
+	if msg := s.checkAuth(fence, token); msg != "" {
+		s.w.error(msg)
+		return
+	}
+	s.fence, s.token, s.authed = fence, token, true
+	s.w.status("OK")
+}
+
+// checkAuth returns the error reply for a fence or token of the wrong
+// form, or "".
+func (s *session) checkAuth(fence, token string) string {
+	if !proxy.ValidFenceName(fence, s.srv.cfg.MaxFenceName) {
+		return fmt.Sprintf("INVALID_REQUEST fencegate: fence name %.64q: want 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", fence, s.srv.cfg.MaxFenceName)
+	}
+	if _, err := tokens.Parse(token); err != nil {
+		if errors.Is(err, tokens.ErrMissing) {
+			return "MISSING_TOKEN fencegate: AUTH <fence> <token> needs a token"
+		}
+		return fmt.Sprintf("INVALID_TOKEN fencegate: fencing token %.32q is not a decimal integer in [1, 2^64)", token)
+	}
+	return ""
+}
+
+func (s *session) reset() {
+	s.endMulti()
+	s.fence, s.token, s.authed, s.name = "", "", false, ""
+	s.w.resp3 = false
+}
+
+func (s *session) endMulti() {
+	clear(s.queued)
+	s.multi, s.dirty, s.queued = false, false, s.queued[:0]
+}
+
+// execMulti runs the queued commands as one fenced write: all or nothing.
+func (s *session) execMulti() {
+	w := s.w
+	if !s.multi {
+		w.error("ERR EXEC without MULTI")
+		return
+	}
+	defer s.endMulti()
+	if s.dirty {
+		w.error("EXECABORT Transaction discarded because of previous errors.")
+		return
+	}
+	if len(s.queued) == 0 {
+		w.array(0)
+		return
+	}
+	_, res, err := s.srv.gw.Redis(s.ctx, s.fence, s.token, s.queued)
+	if err != nil {
+		if _, ok := perCommand(err, len(s.queued)); ok {
+			w.error("EXECABORT Transaction discarded, nothing applied: " + errorText(err, false))
+			return
+		}
+		w.error(errorText(err, false))
+		return
+	}
+	w.array(len(res))
+	for i, v := range res {
+		s.reply(s.queued[i], v)
+	}
+}
+
+func (s *session) client(args []string) {
+	w := s.w
+	if len(args) < 2 {
+		arity(w, args)
+		return
+	}
+	switch sub := strings.ToUpper(args[1]); sub {
+	case "SETNAME":
+		if len(args) != 3 {
+			arity(w, args)
+			return
+		}
+		if strings.ContainsAny(args[2], " \n\r") {
+			w.error("ERR Client names cannot contain spaces, newlines or special characters.")
+			return
+		}
+		s.name = args[2]
+		w.status("OK")
+	case "GETNAME":
+		if s.name == "" {
+			w.null()
+			return
+		}
+		w.bulk(s.name)
+	case "SETINFO":
+		if len(args) != 4 {
+			arity(w, args)
+			return
+		}
+		w.status("OK")
+	case "ID":
+		w.integer(s.id)
+	default:
+		w.errorf("ERR fencegate: CLIENT %.32s is not supported", sub)
+	}
+}
+
+// command answers enough of COMMAND for redis-cli and client libraries:
+// no command documentation.
+func (s *session) command(args []string) {
+	if len(args) == 1 {
+		s.w.array(0)
+		return
+	}
+	switch strings.ToUpper(args[1]) {
+	case "COUNT":
+		s.w.integer(0)
+	case "DOCS":
+		s.w.mapHeader(0)
+	case "INFO":
+		s.w.array(len(args) - 2)
+		for range args[2:] {
+			s.w.null()
+		}
+	default:
+		s.w.array(0)
+	}
+}
+
+// hello answers HELLO [protover [AUTH fence token] [SETNAME name]].
+func (s *session) hello(args []string) {
+	w := s.w
+	proto := 2
+	if w.resp3 {
+		proto = 3
+	}
+	if len(args) > 1 {
+		v, err := strconv.Atoi(args[1])
+		if err != nil {
+			w.error("ERR Protocol version is not an integer or out of range")
+			return
+		}
+		if v != 2 && v != 3 {
+			w.error("NOPROTO unsupported protocol version")
+			return
+		}
+		proto = v
+	}
+	var fence, token, name string
+	var doAuth, doName bool
+	for i := 2; i < len(args); i++ {
+		switch strings.ToUpper(args[i]) {
+		case "AUTH":
+			if i+2 >= len(args) {
+				w.errorf("ERR Syntax error in HELLO option '%.32s'", args[i])
+				return
+			}
+			fence, token, doAuth = args[i+1], args[i+2], true
+			i += 2
+		case "SETNAME":
+			if i+1 >= len(args) {
+				w.errorf("ERR Syntax error in HELLO option '%.32s'", args[i])
+				return
+			}
+			name, doName = args[i+1], true
+			i++
+		default:
+			w.errorf("ERR Syntax error in HELLO option '%.32s'", args[i])
+			return
+		}
+	}
+	if doAuth {
+		if msg := s.checkAuth(fence, token); msg != "" {
+			w.error(msg)
+			return
+		}
+		s.fence, s.token, s.authed = fence, token, true
+	}
+	if doName {
+		s.name = name
+	}
+	w.resp3 = proto == 3
+	w.mapHeader(7)
+	w.bulk("server")
+	w.bulk("redis")
+	w.bulk("version")
+	w.bulk("7.0.0")
+	w.bulk("proto")
+	w.integer(int64(proto))
+	w.bulk("id")
+	w.integer(s.id)
+	w.bulk("mode")
+	w.bulk("standalone")
+	w.bulk("role")
+	w.bulk("master")
+	w.bulk("modules")
+	w.array(0)
+}

@@ -165,6 +165,10 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 		}
 	}
 
+	if err := lead.Err(); err != nil {
+		resign()
+		return fmt.Errorf("run: leadership of %q ended before %s could start: %w", rc.Election, rest[0], err)
+	}
 	cmd := exec.Command(rest[0], rest[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = childEnv(os.Environ(), rc.Fence, rc.Election, lead.Token(), g.Endpoint)

@@ -53,7 +53,10 @@ type Leadership struct {
 
 	ctx         context.Context // cancelled when the leadership ends
 	cancel      context.CancelCauseFunc
-	provenUntil atomic.Int64 // unix nanoseconds
+	// provenUntil keeps the clock's monotonic reading (time.Now's): a
+	// step of the wall clock moves neither the end of the leadership nor
+	// a deadline computed from it.
+	provenUntil atomic.Pointer[time.Time]
 	wg          sync.WaitGroup
 }
 
@@ -68,7 +71,8 @@ func newLeadership(ctx context.Context, cfg CampaignConfig, ttl time.Duration, s
 	}
 	// The leadership outlives the campaign's ctx but keeps its values.
 	l.ctx, l.cancel = context.WithCancelCause(context.WithoutCancel(ctx))
-	l.provenUntil.Store(sent.Add(ttl).UnixNano())
+	until := sent.Add(ttl)
+	l.provenUntil.Store(&until)
 	return l
 }
 
@@ -105,7 +109,7 @@ func (l *Leadership) Err() error {
 // lease is proven alive: the send time of the latest answered keep-alive
 // plus the TTL it reported. The leadership ends SafetyMargin before it
 // unless a newer proof arrives.
-func (l *Leadership) ProvenUntil() time.Time { return time.Unix(0, l.provenUntil.Load()) }
+func (l *Leadership) ProvenUntil() time.Time { return *l.provenUntil.Load() }
 
 // Resign ends the leadership: it closes Done first, so the holder's own
 // goroutines stop before anyone else can be elected, then deletes the key
@@ -150,7 +154,7 @@ func (l *Leadership) lose(cause error) {
 func (l *Leadership) prove(until time.Time) {
 	for {
 		cur := l.provenUntil.Load()
-		if until.UnixNano() <= cur || l.provenUntil.CompareAndSwap(cur, until.UnixNano()) {
+		if !until.After(*cur) || l.provenUntil.CompareAndSwap(cur, &until) {
 			return
 		}
 	}

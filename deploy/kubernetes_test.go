@@ -219,6 +219,16 @@ func TestKubernetesManifests(t *testing.T) {
 			checkKustomization(t, f, v.(*kustomization), flags)
 		}
 	}
+	// The RESP listener's patch waits, commented out, for the flag.
+	if flags["redis-listen-addr"] {
+		overlay, err := os.ReadFile(filepath.Join(kubeDir, "example", "kustomization.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(string(overlay), "#     value: --redis-listen-addr") {
+			t.Errorf("fencegate serve has --redis-listen-addr now: uncomment the RESP patch in %s/example/kustomization.yaml", kubeDir)
+		}
+	}
 	for _, dir := range []string{"base", "example"} {
 		t.Run(dir, func(t *testing.T) {
 			p := filepath.Join(kubeDir, dir)

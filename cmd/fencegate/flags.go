@@ -31,12 +31,9 @@ type serveConfig struct {
 	GRPCAddr  string
 	// PgListenAddr is the PostgreSQL wire-protocol listener; off when
 	// empty.
-	PgListenAddr string
-	HTTPAddr     string
-	PprofAddr    string
-	// MetricsAddr is the plain-HTTP health and metrics listener; off
-	// when empty.
-	MetricsAddr     string
+	PgListenAddr    string
+	HTTPAddr        string
+	PprofAddr       string
 	LogFormat       string
 	LogLevel        string
 	MaxBodyBytes    int
@@ -47,6 +44,10 @@ type serveConfig struct {
 	Postgres        postgres.Config
 	Redis           redis.Config
 	Deps            depsConfig
+
+	// MetricsAddr is the plain-HTTP health and metrics listener; off
+	// when empty.
+	MetricsAddr string
 }
 
 func defaultServeConfig() serveConfig {

@@ -273,6 +273,7 @@ func matches(sel map[string]string, labels map[string]string) bool {
 }
 
 func checkRendering(t *testing.T, o *objects, flags map[string]bool, complete bool) {
+	t.Helper()
 	dep := only[*appsv1.Deployment](t, o, "Deployment")
 	svc := only[*corev1.Service](t, o, "Service")
 	pdb := only[*policyv1.PodDisruptionBudget](t, o, "PodDisruptionBudget")

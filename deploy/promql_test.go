@@ -131,8 +131,8 @@ func metricNames(expr string) []string {
 		}
 		return i + 1
 	}
-	skipTo := func(i int, close byte) int {
-		for i < len(expr) && expr[i] != close {
+	skipTo := func(i int, end byte) int {
+		for i < len(expr) && expr[i] != end {
 			if c := expr[i]; c == '"' || c == '\'' || c == '`' {
 				i = skipString(i)
 				continue

@@ -51,6 +51,11 @@ DESTDIR     ?=
 GRPCURL_VERSION ?= v1.9.4
 GRPCURL         := bin/tools/grpcurl-$(GRPCURL_VERSION)
 
+# kustomize renders deploy/kubernetes for deploy's tests (a kubectl from
+# Debian 12 is too old for it): built the same way by `make deps`.
+KUSTOMIZE_VERSION ?= v5.5.0
+KUSTOMIZE         := bin/tools/kustomize-$(KUSTOMIZE_VERSION)
+
 # golangci-lint is pinned here, not in go.mod, to keep go.mod lean. It is
 # built from the Go module proxy once per version into bin/tools.
 GOLANGCI_LINT_VERSION ?= v2.15.0
@@ -69,7 +74,7 @@ help: ## List the targets.
 EXAMPLES_NODE_MODULES := examples/node/node_modules/.package-lock.json
 
 .PHONY: deps
-deps: $(GRPCURL) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl into bin/tools; npm ci the Node example.
+deps: $(GRPCURL) $(KUSTOMIZE) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, prometheus and promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl and kustomize into bin/tools; npm ci the Node example.
 	@.ci/deps.sh
 	@[[ $(EXAMPLES_NODE_MODULES) -nt examples/node/package-lock.json ]] || \
 		{ echo "deps: npm ci --prefix examples/node"; npm ci --prefix examples/node --no-audit --no-fund --loglevel=error; }
@@ -84,6 +89,13 @@ $(GRPCURL):
 	GOBIN=$(CURDIR)/$(@D) $(GO) install github.com/fullstorydev/grpcurl/cmd/grpcurl@$(GRPCURL_VERSION)
 	mv $(@D)/grpcurl $@
 	ln -sf $(@F) $(@D)/grpcurl
+
+$(KUSTOMIZE):
+	@mkdir -p $(@D)
+	@echo "deps: building kustomize $(KUSTOMIZE_VERSION) into $(@D)"
+	GOBIN=$(CURDIR)/$(@D) $(GO) install sigs.k8s.io/kustomize/kustomize/v5@$(KUSTOMIZE_VERSION)
+	mv $(@D)/kustomize $@
+	ln -sf $(@F) $(@D)/kustomize
 
 .PHONY: build
 build: ## Build the binaries into bin/, stamped with VERSION and COMMIT.
@@ -110,12 +122,12 @@ image: ## Build the container image $(IMAGE) from deploy/container/Dockerfile (n
 	$(DOCKER) build -f deploy/container/Dockerfile --build-arg VERSION=$(VERSION) --build-arg COMMIT=$(COMMIT) -t $(IMAGE) .
 
 .PHONY: test
-test: deps ## go vet, gofmt check, alert rule tests, go test -race, then the short chaos runs (PKGS=./tokens/ to narrow, RACE= to drop -race).
+test: deps ## go vet, gofmt check, alert rule tests, go test -race (./deploy included: image build stage, manifests, live Prometheus), then the short chaos runs (PKGS=./tokens/ to narrow, RACE= to drop -race).
 	$(GO) vet $(PKGS)
 	@unformatted=$$(find $(GOFMT_PATHS) -name '*.go' -not -path '*/.git/*' -not -path '*/testdata/*' -print0 | xargs -0 -r gofmt -l); \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt: these files need formatting:"; echo "$$unformatted"; exit 1; fi
 	@$(MAKE) --no-print-directory test-alerts
-	$(GO) test $(RACE) -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
+	FENCEGATE_KUSTOMIZE=$(CURDIR)/$(KUSTOMIZE) $(GO) test $(RACE) -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)
 ifneq ($(CHAOS),)
 	@$(MAKE) --no-print-directory build
 	$(call chaos-run,$(CHAOS_SHORT_FENCED),$(CHAOS_SHORT_CONTROL),$(CHAOS_SHORT_FLAGS))

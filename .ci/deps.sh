@@ -18,8 +18,9 @@ have redis-server || missing+=(redis-server)
 have etcdctl || missing+=(etcd-client)
 # A real etcd 3.4 server, for the test of an idle election watch on it.
 have etcd || missing+=(etcd-server)
-# promtool, for the unit tests of deploy/prometheus's alert rules.
-have promtool || missing+=(prometheus)
+# promtool, for the unit tests of deploy/prometheus's alert rules, and the
+# Prometheus server that deploy's live test runs against fencegate.
+have promtool && have prometheus || missing+=(prometheus)
 # curl and jq for the README walkthrough and its test.
 have curl || missing+=(curl)
 have jq || missing+=(jq)
@@ -84,7 +85,7 @@ fi
 # Check again: a package that installed but did not provide what we look for
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
-	have redis-server && have etcdctl && have etcd && have promtool && have curl && have jq && have_postgres && have_pgbouncer &&
+	have redis-server && have etcdctl && have etcd && have promtool && have prometheus && have curl && have jq && have_postgres && have_pgbouncer &&
 	have_nutcracker && have_redispy && have_py etcd3 && have_py requests && have node && have npm || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1

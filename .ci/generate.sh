@@ -21,5 +21,5 @@ protoc -I api/proto -I /usr/include \
 	"$(plugin grpc-gateway)" --grpc-gateway_out="$out" \
 	--grpc-gateway_opt=paths=source_relative,grpc_api_configuration=api/gateway.yaml \
 	"$(plugin openapiv2)" --openapiv2_out="$out" \
-	--openapiv2_opt=grpc_api_configuration=api/gateway.yaml \
+	--openapiv2_opt=grpc_api_configuration=api/gateway.yaml,openapi_configuration=api/openapi.yaml \
 	api/proto/fencegate/v1/gateway.proto

@@ -75,8 +75,31 @@ func TestOpenAPI(t *testing.T) {
 			if !ok {
 				continue
 			}
-			if _, ok := doc.Paths[path][method]; !ok {
+			op, ok := doc.Paths[path][method]
+			if !ok {
 				t.Errorf("%s: got no %s %s in the document, want one (paths: %s)", r["selector"], strings.ToUpper(method), path, keys(doc.Paths))
+				continue
+			}
+			// Writes say they need the token (api/openapi.yaml).
+			if method != "post" {
+				continue
+			}
+			var o struct {
+				Parameters []struct {
+					Name     string `json:"name"`
+					In       string `json:"in"`
+					Required bool   `json:"required"`
+				} `json:"parameters"`
+			}
+			if err := json.Unmarshal(op, &o); err != nil {
+				t.Fatal(err)
+			}
+			found := false
+			for _, p := range o.Parameters {
+				found = found || p.Name == "Fencing-Token" && p.In == "header" && p.Required
+			}
+			if !found {
+				t.Errorf("POST %s: got parameters %+v, want the required header Fencing-Token", path, o.Parameters)
 			}
 		}
 	}

@@ -40,9 +40,6 @@ type serveConfig struct {
 	RedisListenAddr string
 	HTTPAddr        string
 	PprofAddr       string
-	// MetricsAddr is the plain-HTTP health and metrics listener; off
-	// when empty.
-	MetricsAddr     string
 	LogFormat       string
 	LogLevel        string
 	MaxBodyBytes    int
@@ -53,6 +50,10 @@ type serveConfig struct {
 	Postgres        postgres.Config
 	Redis           redis.Config
 	Deps            depsConfig
+
+	// MetricsAddr is the plain-HTTP health and metrics listener; off
+	// when empty.
+	MetricsAddr string
 }
 
 func defaultServeConfig() serveConfig {

@@ -219,17 +219,6 @@ func TestKubernetesManifests(t *testing.T) {
 			checkKustomization(t, f, v.(*kustomization), flags)
 		}
 	}
-	// The RESP listener's patch waits, commented out, for the flag; a
-	// note, not a failure, once the flag exists.
-	if flags["redis-listen-addr"] {
-		overlay, err := os.ReadFile(filepath.Join(kubeDir, "example", "kustomization.yaml"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(string(overlay), "#     value: --redis-listen-addr") {
-			t.Logf("fencegate serve has --redis-listen-addr now: the RESP patch in %s/example/kustomization.yaml can be uncommented", kubeDir)
-		}
-	}
 	for _, dir := range []string{"base", "example"} {
 		t.Run(dir, func(t *testing.T) {
 			p := filepath.Join(kubeDir, dir)

@@ -51,8 +51,8 @@ type Leadership struct {
 	now      func() time.Time
 	log      *slog.Logger
 
-	ctx         context.Context // cancelled when the leadership ends
-	cancel      context.CancelCauseFunc
+	ctx    context.Context // cancelled when the leadership ends
+	cancel context.CancelCauseFunc
 	// provenUntil keeps the clock's monotonic reading (time.Now's): a
 	// step of the wall clock moves neither the end of the leadership nor
 	// a deadline computed from it.

@@ -60,7 +60,8 @@ func (s *session) serve() error {
 		args := next
 		next = nil
 		if args == nil {
-			if !s.r.buffered() {
+			idle := !s.r.buffered()
+			if idle {
 				if err := s.flush(); err != nil {
 					return err
 				}
@@ -70,7 +71,9 @@ func (s *session) serve() error {
 			}
 			var err error
 			args, err = s.r.command()
-			s.busy()
+			if idle {
+				s.busy()
+			}
 			if err != nil {
 				return s.fail(err)
 			}

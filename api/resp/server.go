@@ -95,7 +95,7 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	ids    atomic.Int64
-	open   atomic.Int64 // connections being served
+	open   atomic.Int64    // connections being served
 	ctx    context.Context // cancelled by Close: aborts writes in flight
 	cancel context.CancelFunc
 

@@ -2,7 +2,6 @@ package resp_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -85,7 +84,7 @@ func (r *raw) want(prefix string) {
 // are refused and change nothing in Redis; the connection keeps working.
 func TestAttackCommands(t *testing.T) {
 	e := newEnv(t, resp.Config{})
-	ctx := context.Background()
+	ctx := t.Context()
 	f := unique("atk")
 	tok, _ := e.lead(t, f)
 	if err := e.admin.Set(ctx, "sentinel", "keep", 0).Err(); err != nil {
@@ -283,7 +282,7 @@ func TestPrincipal(t *testing.T) {
 	f := unique("tls")
 	tok, _ := e.lead(t, f)
 	k := "{" + f + "}:k"
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, tt := range []struct {
 		name string
 		cert *authtest.Issued

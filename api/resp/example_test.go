@@ -2,6 +2,7 @@ package resp_test
 
 import (
 	"context"
+	"errors"
 	"log"
 	"net"
 	"time"
@@ -31,7 +32,7 @@ func ExampleServer() {
 		defer cancel()
 		_ = srv.Shutdown(sctx)
 	}()
-	if err := srv.Serve(lis); err != nil && err != resp.ErrServerClosed {
+	if err := srv.Serve(lis); err != nil && !errors.Is(err, resp.ErrServerClosed) {
 		log.Fatal(err)
 	}
 }

@@ -131,8 +131,10 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{gw: gw, cfg: cfg, log: log, ctx: ctx, cancel: cancel,
-		lis: map[net.Listener]struct{}{}, conns: map[*session]struct{}{}}, nil
+	return &Server{
+		gw: gw, cfg: cfg, log: log, ctx: ctx, cancel: cancel,
+		lis: map[net.Listener]struct{}{}, conns: map[*session]struct{}{},
+	}, nil
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -221,7 +223,7 @@ func (s *Server) handle(c net.Conn) {
 	if caller.Principal == "" {
 		caller.AuthError = "no verified client certificate (RESP clients are identified by their TLS client certificate)"
 	}
-	sess := newSession(s, conn, policy.NewContext(s.ctx, caller))
+	sess := newSession(policy.NewContext(s.ctx, caller), s, conn)
 	if !s.track(sess, true) {
 		return
 	}

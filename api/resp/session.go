@@ -44,7 +44,7 @@ type session struct {
 	idle bool // blocked reading with every reply flushed
 }
 
-func newSession(s *Server, c net.Conn, ctx context.Context) *session {
+func newSession(ctx context.Context, s *Server, c net.Conn) *session {
 	lim := limits{maxArgs: s.cfg.MaxArgs, maxBulk: s.cfg.MaxBulkBytes, maxCommand: s.cfg.MaxCommandBytes, maxInline: s.cfg.MaxInlineBytes}
 	return &session{srv: s, conn: c, r: newReader(c, lim), w: newWriter(c), ctx: ctx, id: s.ids.Add(1)}
 }

@@ -68,6 +68,11 @@ func (s *session) serve() error {
 				if !s.waitIdle() {
 					return ErrServerClosed
 				}
+			} else if s.srv.closingNow() {
+				// A client that never stops pipelining still ends with
+				// the server; what it sent and was not answered never ran.
+				_ = s.flush()
+				return ErrServerClosed
 			}
 			var err error
 			args, err = s.r.command()

@@ -2,7 +2,6 @@ package resp_test
 
 import (
 	"bufio"
-	"context"
 	"crypto/tls"
 	"fmt"
 	"io"
@@ -85,7 +84,7 @@ func (r *raw) want(prefix string) {
 // are refused and change nothing in Redis; the connection keeps working.
 func TestAttackCommands(t *testing.T) {
 	e := newEnv(t, resp.Config{})
-	ctx := context.Background()
+	ctx := t.Context()
 	f := unique("atk")
 	tok, _ := e.lead(t, f)
 	if err := e.admin.Set(ctx, "sentinel", "keep", 0).Err(); err != nil {
@@ -283,7 +282,7 @@ func TestPrincipal(t *testing.T) {
 	f := unique("tls")
 	tok, _ := e.lead(t, f)
 	k := "{" + f + "}:k"
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, tt := range []struct {
 		name string
 		cert *authtest.Issued
@@ -316,5 +315,33 @@ func TestPrincipal(t *testing.T) {
 	r.send(cmd("PING"))
 	if l, err := r.br.ReadString('\n'); err == nil && strings.HasPrefix(l, "+PONG") {
 		t.Errorf("plain-text PING through the TLS listener: got %q, want the handshake to fail", l)
+	}
+}
+
+// TestAttackConnections: connections beyond MaxConnections are refused
+// with Redis's error and closed; a freed place is taken again.
+func TestAttackConnections(t *testing.T) {
+	e := newEnv(t, resp.Config{MaxConnections: 2})
+	a, b := e.raw(t), e.raw(t)
+	for _, r := range []*raw{a, b} {
+		r.send(cmd("PING"))
+		r.want("+PONG")
+	}
+	over := e.raw(t)
+	over.want("-ERR max number of clients reached")
+	over.closed()
+	a.c.Close()
+	// The server sees a's close when it next reads; wait for the place.
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c := e.raw(t)
+		c.send(cmd("PING"))
+		if l, err := c.br.ReadString('\n'); err == nil && strings.HasPrefix(l, "+PONG") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("no connection accepted after one of the two closed")
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -49,8 +49,9 @@
 // script can be watched through fencegate); other commands fencegate
 // answers itself are refused inside MULTI.
 //
-// Input is bounded (Config): arguments per command, bytes per argument
-// and per command, bytes per inline command. Malformed or oversized input
+// Input is bounded (Config): open connections (as Redis's maxclients),
+// arguments per command, bytes per argument and per command, bytes per
+// inline command. Malformed or oversized input
 // gets -ERR Protocol error and the connection is closed, as Redis does;
 // commands before it in the stream are answered first, nothing after it
 // runs. Inline commands split on white space; quotes are refused.

@@ -1,7 +1,7 @@
 package resp_test
 
 import (
-	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"testing"
@@ -17,7 +17,7 @@ import (
 // changed with AUTH on the same connection.
 func TestGoRedis(t *testing.T) {
 	e := newEnv(t, resp.Config{})
-	ctx := context.Background()
+	ctx := t.Context()
 	fence := unique("gor")
 	old, cur := e.succession(t, fence)
 	k := func(name string) string { return "{" + fence + "}:" + name }
@@ -109,7 +109,7 @@ func TestGoRedis(t *testing.T) {
 // errors come through as Redis sends them, in RESP2 and RESP3.
 func TestGoRedisReplies(t *testing.T) {
 	e := newEnv(t, resp.Config{})
-	ctx := context.Background()
+	ctx := t.Context()
 	fence := unique("rep")
 	tok, _ := e.lead(t, fence)
 	k := func(name string) string { return "{" + fence + "}:" + name }
@@ -126,7 +126,7 @@ func TestGoRedisReplies(t *testing.T) {
 		if err != nil || m["a"] != "1" || m["b"] != "2" {
 			t.Fatalf("RESP%d HGETALL: got %v, %v; want a=1 b=2", proto, m, err)
 		}
-		if _, err := c.Get(ctx, k("missing")).Result(); err != goredis.Nil {
+		if _, err := c.Get(ctx, k("missing")).Result(); !errors.Is(err, goredis.Nil) {
 			t.Fatalf("RESP%d GET of a missing key: got %v, want redis.Nil", proto, err)
 		}
 		err = c.LPush(ctx, k("h"), "x").Err()

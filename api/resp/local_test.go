@@ -65,7 +65,7 @@ func TestShutdown(t *testing.T) {
 	r := e.raw(t)
 	r.send(cmd("PING"))
 	r.want("+PONG")
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	if err := e.srv.Shutdown(ctx); err != nil {
 		t.Fatalf("Shutdown: %v", err)

@@ -2,6 +2,7 @@ package resp_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -84,7 +85,7 @@ func newEnv(t *testing.T, cfg resp.Config) *env {
 // options.
 func newEnvWith(t *testing.T, cfg resp.Config, opts proxy.Options) *env {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -125,7 +126,7 @@ func newEnvWith(t *testing.T, cfg resp.Config, opts proxy.Options) *env {
 	done := make(chan struct{})
 	go func() { defer close(done); _ = srv.Serve(lis) }()
 	t.Cleanup(func() {
-		sctx, c := context.WithTimeout(ctx, 5*time.Second)
+		sctx, c := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 		defer c()
 		_ = srv.Shutdown(sctx)
 		<-done
@@ -137,8 +138,10 @@ func newEnvWith(t *testing.T, cfg resp.Config, opts proxy.Options) *env {
 // plainClient is a go-redis client as a user would configure it.
 func plainClient(t *testing.T, addr, user, pass string) *goredis.Client {
 	t.Helper()
-	c := goredis.NewClient(&goredis.Options{Addr: addr, Username: user, Password: pass, MaxRetries: -1,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled}})
+	c := goredis.NewClient(&goredis.Options{
+		Addr: addr, Username: user, Password: pass, MaxRetries: -1,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
 	t.Cleanup(func() { _ = c.Close() })
 	return c
 }
@@ -158,12 +161,12 @@ func (e *env) lead(t *testing.T, fence string) (uint64, func()) {
 	}
 	t.Cleanup(func() { s.Close() })
 	el := concurrency.NewElection(s, prefix+"/"+fence)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := el.Campaign(ctx, "leader"); err != nil {
 		t.Fatal(err)
 	}
-	return uint64(el.Rev()), func() { _ = el.Resign(context.Background()) }
+	return uint64(el.Rev()), func() { _ = el.Resign(t.Context()) }
 }
 
 // succession makes a leader of fence resign after writing with a client,
@@ -179,8 +182,8 @@ func (e *env) succession(t *testing.T, fence string) (old, cur uint64) {
 // stored reads key straight from Redis; "" when missing.
 func (e *env) stored(t *testing.T, key string) string {
 	t.Helper()
-	v, err := e.admin.Get(context.Background(), key).Result()
-	if err == goredis.Nil {
+	v, err := e.admin.Get(t.Context(), key).Result()
+	if errors.Is(err, goredis.Nil) {
 		return ""
 	}
 	if err != nil {

@@ -15,7 +15,7 @@ import (
 // run runs a Redis program against the listener and returns its output.
 func (e *env) run(t *testing.T, stdin string, name string, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, name, append([]string{"-h", "127.0.0.1", "-p", e.port}, args...)...)
 	cmd.Stdin = strings.NewReader(stdin)
@@ -26,7 +26,7 @@ func (e *env) run(t *testing.T, stdin string, name string, args ...string) (stri
 // keys lists the keys matching pattern straight in Redis.
 func (e *env) keys(t *testing.T, pattern string) []string {
 	t.Helper()
-	ks, err := e.admin.Keys(context.Background(), pattern).Result()
+	ks, err := e.admin.Keys(t.Context(), pattern).Result()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,8 +61,10 @@ func TestRedisCli(t *testing.T) {
 			{cur, "", []string{"INCRBY", k + name + "n", "5"}, "5"},
 			{old, "", []string{"SET", k + name + "zombie", "v"}, "STALE_TOKEN fencegate: token " + strconv.FormatUint(old, 10) + " is below"},
 			{cur, "", []string{"PING"}, "PONG"},
-			{old, "SET " + k + name + "auth 1\nAUTH " + f + " " + strconv.FormatUint(cur, 10) + "\nSET " + k + name + "auth 2\nGET " + k + name + "auth\n", nil,
-				"STALE_TOKEN fencegate: token " + strconv.FormatUint(old, 10) + " is below the fence's high-water mark " + strconv.FormatUint(cur, 10) + "\n\nOK\nOK\n2"},
+			{
+				old, "SET " + k + name + "auth 1\nAUTH " + f + " " + strconv.FormatUint(cur, 10) + "\nSET " + k + name + "auth 2\nGET " + k + name + "auth\n", nil,
+				"STALE_TOKEN fencegate: token " + strconv.FormatUint(old, 10) + " is below the fence's high-water mark " + strconv.FormatUint(cur, 10) + "\n\nOK\nOK\n2",
+			},
 			{cur, "", []string{"LPUSH", k + name + "leader", "x"}, "WRONGTYPE Operation against a key holding the wrong kind of value"},
 		}
 		for _, tt := range tests {

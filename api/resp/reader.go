@@ -115,8 +115,8 @@ func (r *reader) split() []string {
 }
 
 // number reads the decimal after a '*' or '$' up to CRLF, refusing one
-// above max.
-func (r *reader) number(kind byte, max int) (int, error) {
+// above limit.
+func (r *reader) number(kind byte, limit int) (int, error) {
 	line, err := r.line(32)
 	if err != nil {
 		return 0, err
@@ -133,8 +133,8 @@ func (r *reader) number(kind byte, max int) (int, error) {
 			return 0, protoErr("invalid %s length %q", lengthName(kind), line)
 		}
 		n = n*10 + int(c-'0')
-		if n > max {
-			return 0, protoErr("%s length over the limit of %d", lengthName(kind), max)
+		if n > limit {
+			return 0, protoErr("%s length over the limit of %d", lengthName(kind), limit)
 		}
 	}
 	return n, nil
@@ -148,11 +148,11 @@ func lengthName(kind byte) string {
 }
 
 // line reads up to CRLF (or LF, as Redis accepts inline) and returns it
-// without the line end, refusing lines longer than max.
-func (r *reader) line(max int) ([]byte, error) {
+// without the line end, refusing lines longer than limit.
+func (r *reader) line(limit int) ([]byte, error) {
 	line, err := r.br.ReadSlice('\n')
-	if errors.Is(err, bufio.ErrBufferFull) || len(line) > max+2 {
-		return nil, protoErr("line over the limit of %d bytes", max)
+	if errors.Is(err, bufio.ErrBufferFull) || len(line) > limit+2 {
+		return nil, protoErr("line over the limit of %d bytes", limit)
 	}
 	if err != nil {
 		return nil, unexpectedEOF(err)
@@ -190,12 +190,12 @@ func (r *reader) inline() ([]string, error) {
 }
 
 // longLine reads a line that may be longer than the read buffer.
-func (r *reader) longLine(max int) ([]byte, error) {
+func (r *reader) longLine(limit int) ([]byte, error) {
 	var buf []byte
 	for {
 		part, err := r.br.ReadSlice('\n')
-		if len(buf)+len(part) > max+2 {
-			return nil, protoErr("too big inline request (limit %d bytes)", max)
+		if len(buf)+len(part) > limit+2 {
+			return nil, protoErr("too big inline request (limit %d bytes)", limit)
 		}
 		if errors.Is(err, bufio.ErrBufferFull) {
 			buf = append(buf, part...)

@@ -42,7 +42,7 @@ func TestRedisPy(t *testing.T) {
 	old, cur := e.succession(t, f)
 	run := func(token uint64, tag string) string {
 		t.Helper()
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 		defer cancel()
 		// Debian's python3, where python3-redis is installed (.ci/deps.sh).
 		out, err := exec.CommandContext(ctx, "/usr/bin/python3", "-c", redisPyScript, "127.0.0.1", e.port, f, strconv.FormatUint(token, 10), tag).CombinedOutput()

@@ -40,6 +40,10 @@ type Config struct {
 	MaxCommandBytes int
 	// MaxInlineBytes is the longest inline command; 0 means 64 KiB.
 	MaxInlineBytes int
+	// MaxConnections bounds the open client connections, as Redis's
+	// maxclients does; 0 means 10000. One more gets "-ERR max number of
+	// clients reached" (plain text only) and is closed.
+	MaxConnections int
 	// HandshakeTimeout bounds a TLS handshake; 0 means 10 s.
 	HandshakeTimeout time.Duration
 	// WriteTimeout bounds writing replies to a client that does not read
@@ -73,6 +77,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxInlineBytes == 0 {
 		c.MaxInlineBytes = 64 << 10
 	}
+	if c.MaxConnections == 0 {
+		c.MaxConnections = 10000
+	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = 10 * time.Second
 	}
@@ -88,6 +95,7 @@ type Server struct {
 	cfg    Config
 	log    *slog.Logger
 	ids    atomic.Int64
+	open   atomic.Int64    // connections being served
 	ctx    context.Context // cancelled by Close: aborts writes in flight
 	cancel context.CancelFunc
 
@@ -107,7 +115,7 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	}
 	cfg = cfg.withDefaults()
 	switch {
-	case cfg.MaxArgs < 1, cfg.MaxBulkBytes < 1, cfg.MaxInlineBytes < 1, cfg.MaxQueued < 1, cfg.MaxPipelineBatch < 1:
+	case cfg.MaxArgs < 1, cfg.MaxBulkBytes < 1, cfg.MaxInlineBytes < 1, cfg.MaxQueued < 1, cfg.MaxPipelineBatch < 1, cfg.MaxConnections < 1:
 		return nil, errors.New("resp: limits must be positive")
 	case cfg.MaxCommandBytes < cfg.MaxBulkBytes:
 		return nil, fmt.Errorf("resp: MaxCommandBytes %d is below MaxBulkBytes %d", cfg.MaxCommandBytes, cfg.MaxBulkBytes)
@@ -123,8 +131,10 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Server{gw: gw, cfg: cfg, log: log, ctx: ctx, cancel: cancel,
-		lis: map[net.Listener]struct{}{}, conns: map[*session]struct{}{}}, nil
+	return &Server{
+		gw: gw, cfg: cfg, log: log, ctx: ctx, cancel: cancel,
+		lis: map[net.Listener]struct{}{}, conns: map[*session]struct{}{},
+	}, nil
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -158,9 +168,15 @@ func (s *Server) Serve(lis net.Listener) error {
 			return fmt.Errorf("resp: accept: %w", err)
 		}
 		delay = 0
+		if s.open.Add(1) > int64(s.cfg.MaxConnections) {
+			s.open.Add(-1)
+			s.refuse(c)
+			continue
+		}
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
+			s.open.Add(-1)
 			c.Close()
 			return ErrServerClosed
 		}
@@ -168,9 +184,21 @@ func (s *Server) Serve(lis net.Listener) error {
 		s.mu.Unlock()
 		go func() {
 			defer s.connsWG.Done()
+			defer s.open.Add(-1)
 			s.handle(c)
 		}()
 	}
+}
+
+// refuse closes a connection over MaxConnections, telling a plain-text
+// client why as Redis does.
+func (s *Server) refuse(c net.Conn) {
+	if s.cfg.TLS == nil {
+		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+		_, _ = c.Write([]byte("-ERR max number of clients reached\r\n"))
+	}
+	c.Close()
+	s.log.Debug("resp: connection refused: max number of clients reached", "peer", c.RemoteAddr().String(), "limit", s.cfg.MaxConnections)
 }
 
 // handle runs one connection: TLS when configured, then the session.
@@ -195,7 +223,7 @@ func (s *Server) handle(c net.Conn) {
 	if caller.Principal == "" {
 		caller.AuthError = "no verified client certificate (RESP clients are identified by their TLS client certificate)"
 	}
-	sess := newSession(s, conn, proxy.WithProtocol(policy.NewContext(s.ctx, caller), proxy.ProtocolRESP))
+	sess := newSession(proxy.WithProtocol(policy.NewContext(s.ctx, caller), proxy.ProtocolRESP), s, conn)
 	if !s.track(sess, true) {
 		return
 	}

@@ -364,17 +364,17 @@ func (r *report) wireGoals() []goal {
 	return gs
 }
 
-// vsGoal is the goal that path's throughput is at least min × other's,
+// vsGoal is the goal that path's throughput is at least least × other's,
 // at clients distinct fences.
-func (r *report) vsGoal(path, other string, clients int, min float64) goal {
-	name := fmt.Sprintf("%s ≥ %.2f × %s, %d clients, distinct fences", path, min, other, clients)
+func (r *report) vsGoal(path, other string, clients int, least float64) goal {
+	name := fmt.Sprintf("%s ≥ %.2f × %s, %d clients, distinct fences", path, least, other, clients)
 	x, ok1 := r.find("distinct", path, clients)
 	y, ok2 := r.find("distinct", other, clients)
 	if !ok1 || !ok2 || y.OpsPerSec == 0 {
 		return goal{name: name, value: "not measured"}
 	}
 	q := x.OpsPerSec / y.OpsPerSec
-	return goal{name: name, value: fmt.Sprintf("%.2f", q), state: check(q >= min && x.Errors == 0)}
+	return goal{name: name, value: fmt.Sprintf("%.2f", q), state: check(q >= least && x.Errors == 0)}
 }
 
 // respGoals are issue 14's targets for fencegate's RESP listener (the

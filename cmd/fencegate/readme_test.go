@@ -166,8 +166,8 @@ func TestREADMEWalkthrough(t *testing.T) {
 			}
 		}
 		// It names the way the write came in: the walkthrough's zombies
-		// write over HTTP and through the PostgreSQL listener.
-		for _, p := range []string{"http", "pgwire"} {
+		// write over HTTP and through the PostgreSQL and RESP listeners.
+		for _, p := range []string{"http", "pgwire", "resp"} {
 			if logLine(out.devLog, `msg="write refused"`, "reason=STALE_TOKEN", " protocol="+p+" ") == "" {
 				t.Errorf("fencegate dev logged no STALE_TOKEN refusal with protocol=%s:\n%s", p, out.devLog)
 			}

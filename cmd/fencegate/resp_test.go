@@ -54,8 +54,10 @@ func TestServeRedisListener(t *testing.T) {
 	host, port, _ := strings.Cut(addr, ":")
 	cli := func(cert *authtest.Issued, token uint64, args ...string) string {
 		t.Helper()
-		return redisCli(t, append([]string{"-h", host, "-p", port, "--tls", "--sni", "localhost", "--cacert", e.ca.File,
-			"--cert", cert.CertFile, "--key", cert.KeyFile, "--user", "r", "--pass", fmt.Sprint(token)}, args...)...)
+		return redisCli(t, append([]string{
+			"-h", host, "-p", port, "--tls", "--sni", "localhost", "--cacert", e.ca.File,
+			"--cert", cert.CertFile, "--key", cert.KeyFile, "--user", "r", "--pass", fmt.Sprint(token),
+		}, args...)...)
 	}
 	for _, tt := range []struct {
 		name  string
@@ -91,7 +93,7 @@ func TestRedisListenChecks(t *testing.T) {
 		{[]string{"serve", "--postgres-dsn=postgres://x@127.0.0.1:1/x", "--redis-listen-addr=127.0.0.1:0"}, "--redis-listen-addr needs --redis-addr"},
 		{[]string{"serve", "--redis-addr=127.0.0.1:1", "--redis-listen-addr=0.0.0.0:0"}, "--redis-listen-addr 0.0.0.0:0 is reachable from other hosts"},
 	} {
-		err := run(context.Background(), tt.args, io.Discard, io.Discard)
+		err := run(t.Context(), tt.args, io.Discard, io.Discard)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("%v: got %v, want %q", tt.args, err, tt.want)
 		}

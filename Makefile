@@ -22,11 +22,11 @@ CHAOS               ?= short
 CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
-CHAOS_SHORT_FENCED  ?= 60s
-CHAOS_SHORT_CONTROL ?= 45s
+CHAOS_SHORT_FENCED  ?= 45s
+CHAOS_SHORT_CONTROL ?= 30s
 CHAOS_LONG_FENCED   ?= 30m
 CHAOS_LONG_CONTROL  ?= 5m
-# The short runs lead more terms recklessly, so a 45s control run is all but
+# The short runs lead more terms recklessly, so a 30s control run is all but
 # sure to see a zombie write land (it must, or the run fails); and their
 # leaders are hostile: one write in ten is preceded by an attack with the
 # leader's own token, which fencegate must refuse (control runs send none).

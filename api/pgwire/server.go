@@ -32,6 +32,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fencegate/fencegate/api/internal/listen"
 	"github.com/fencegate/fencegate/proxy"
 )
 
@@ -133,25 +134,15 @@ func (s *Server) Serve(lis net.Listener) error {
 	}
 	s.lis[lis] = struct{}{}
 	s.mu.Unlock()
-	var delay time.Duration
+	var acc listen.Acceptor
 	for {
-		c, err := lis.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
-			}
+		c, err := acc.Accept(lis, s.closingNow)
+		switch {
+		case errors.Is(err, listen.ErrClosing):
+			return ErrServerClosed
+		case err != nil:
 			return fmt.Errorf("pgwire: accept: %w", err)
 		}
-		delay = 0
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/api/auth"
+	"github.com/fencegate/fencegate/api/internal/listen"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/policy"
 )
@@ -149,25 +150,15 @@ func (s *Server) Serve(lis net.Listener) error {
 	}
 	s.lis[lis] = struct{}{}
 	s.mu.Unlock()
-	var delay time.Duration
+	var acc listen.Acceptor
 	for {
-		c, err := lis.Accept()
-		if err != nil {
-			s.mu.Lock()
-			closing := s.closing
-			s.mu.Unlock()
-			if closing {
-				return ErrServerClosed
-			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				delay = min(max(2*delay, 5*time.Millisecond), time.Second)
-				time.Sleep(delay)
-				continue
-			}
+		c, err := acc.Accept(lis, s.closingNow)
+		switch {
+		case errors.Is(err, listen.ErrClosing):
+			return ErrServerClosed
+		case err != nil:
 			return fmt.Errorf("resp: accept: %w", err)
 		}
-		delay = 0
 		if s.open.Add(1) > int64(s.cfg.MaxConnections) {
 			s.open.Add(-1)
 			s.refuse(c)

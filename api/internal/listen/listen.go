@@ -1,0 +1,41 @@
+// Package listen holds the accept loop the wire-protocol listeners
+// (api/pgwire, api/resp) share.
+package listen
+
+import (
+	"errors"
+	"net"
+	"time"
+)
+
+// ErrClosing is Accept's answer once the server is shutting down.
+var ErrClosing = errors.New("listen: server closing")
+
+// Acceptor accepts connections, backing off on temporary errors (too many
+// open files) as net/http does: 5 ms, doubling up to a second, reset by
+// the next connection.
+type Acceptor struct {
+	delay time.Duration
+}
+
+// Accept returns the next connection on lis. When Accept fails and closing
+// reports the server is shutting down (it closed lis), it returns
+// ErrClosing; any other error but a temporary one is returned as is.
+func (a *Acceptor) Accept(lis net.Listener, closing func() bool) (net.Conn, error) {
+	for {
+		c, err := lis.Accept()
+		if err == nil {
+			a.delay = 0
+			return c, nil
+		}
+		if closing() {
+			return nil, ErrClosing
+		}
+		var ne net.Error
+		if !errors.As(err, &ne) || !ne.Timeout() {
+			return nil, err
+		}
+		a.delay = min(max(2*a.delay, 5*time.Millisecond), time.Second)
+		time.Sleep(a.delay)
+	}
+}

@@ -162,7 +162,11 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	var terms proxy.Terms = w
 	if len(rc.routes) > 0 {
-		terms = election.NewRouter(w, rc.routes)
+		r, err := election.NewRouter(w, rc.routes, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		terms = r
 	}
 	gw, err := proxy.New(rc.proxy, proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg})
 	if err != nil {

@@ -16,7 +16,18 @@ const (
 	// Lease's leaseTransitions, a Raft term, any counter). Only the
 	// high-water rule applies.
 	SourceMonotonic = "monotonic"
+	// SourceZooKeeper: a ZooKeeper election (Curator LeaderLatch, kazoo
+	// Election or Lock); the term is the leader candidate's czxid.
+	SourceZooKeeper = "zookeeper"
+	// SourcePostgresTerm: a PostgreSQL advisory lock whose winner raises
+	// a leadership_term row; checked inside the fenced transaction.
+	SourcePostgresTerm = "postgres-term"
+	// SourceRedisLease: a Redis SET NX PX lease with an INCR counter.
+	SourceRedisLease = "redis-lease"
 )
+
+// Kinds are the term source kinds a route may name.
+var Kinds = []string{SourceEtcd, SourceMonotonic, SourceZooKeeper, SourcePostgresTerm, SourceRedisLease}
 
 // Source is where a fence's terms come from: what tokens.TermSource asks
 // of one, and the terms it knows.
@@ -49,10 +60,8 @@ func ParseRoutes(s string) ([]Route, error) {
 		if i := strings.IndexByte(pat, '*'); i >= 0 && i != len(pat)-1 {
 			return nil, fmt.Errorf("election: term source %q: '*' only at the end of a pattern", part)
 		}
-		switch kind {
-		case SourceEtcd, SourceMonotonic:
-		default:
-			return nil, fmt.Errorf("election: term source %q: unknown kind %q (want %s or %s)", part, kind, SourceEtcd, SourceMonotonic)
+		if !slices.Contains(Kinds, kind) {
+			return nil, fmt.Errorf("election: term source %q: unknown kind %q (want one of %s)", part, kind, strings.Join(Kinds, ", "))
 		}
 		routes = append(routes, Route{Pattern: pat, Kind: kind})
 	}
@@ -72,21 +81,42 @@ type Router struct {
 	etcd   Source
 	routes []Route
 	srcs   []Source // of routes, by index
-	mono   *Monotonic
+	// others are the sources routes name besides etcd, by kind.
+	others map[string]Source
 }
 
-// NewRouter routes fences to etcd (the watcher) or a Monotonic source of
-// its own, by routes in order.
-func NewRouter(etcd Source, routes []Route) *Router {
-	r := &Router{etcd: etcd, routes: routes, mono: NewMonotonic()}
+// NewRouter routes fences to etcd (the watcher; nil when fencegate runs
+// without etcd, and then a fence no route takes has no term: its tokens
+// are UNKNOWN_TERM) or to the source of each route's kind, by routes in
+// order. A monotonic source is made when others has none; any other
+// kind a route names must be in others.
+func NewRouter(etcd Source, routes []Route, others map[string]Source) (*Router, error) {
+	if etcd == nil {
+		etcd = noSource{}
+	}
+	r := &Router{etcd: etcd, routes: routes, others: map[string]Source{}}
+	for kind, src := range others {
+		r.others[kind] = src
+	}
 	for _, rt := range routes {
-		src := etcd
-		if rt.Kind == SourceMonotonic {
-			src = r.mono
+		var src Source
+		switch rt.Kind {
+		case SourceEtcd:
+			src = etcd
+		case SourceMonotonic:
+			if r.others[SourceMonotonic] == nil {
+				r.others[SourceMonotonic] = NewMonotonic()
+			}
+			src = r.others[SourceMonotonic]
+		default:
+			src = r.others[rt.Kind]
+			if src == nil {
+				return nil, fmt.Errorf("election: term source %s=%s is not configured", rt.Pattern, rt.Kind)
+			}
 		}
 		r.srcs = append(r.srcs, src)
 	}
-	return r
+	return r, nil
 }
 
 func (r *Router) source(name string) Source {
@@ -116,8 +146,7 @@ func (r *Router) Verify(ctx context.Context, name string, token int64) (Term, bo
 	return r.source(name).Verify(ctx, name, token)
 }
 
-// Terms are the etcd elections and the monotonic fences' terms, by name;
-// an etcd election whose name a monotonic route takes is left out.
+// Terms are every source's terms of the fences routed to it, by name.
 func (r *Router) Terms() []Term {
 	var out []Term
 	for _, t := range r.etcd.Terms() {
@@ -125,10 +154,32 @@ func (r *Router) Terms() []Term {
 			out = append(out, t)
 		}
 	}
-	out = append(out, r.mono.Terms()...)
+	kinds := make([]string, 0, len(r.others))
+	for kind := range r.others {
+		kinds = append(kinds, kind)
+	}
+	slices.Sort(kinds)
+	for _, kind := range kinds {
+		src := r.others[kind]
+		for _, t := range src.Terms() {
+			if r.source(t.Election) == src {
+				out = append(out, t)
+			}
+		}
+	}
 	slices.SortFunc(out, func(a, b Term) int { return strings.Compare(a.Election, b.Election) })
 	return out
 }
+
+// noSource is the etcd source of a fencegate without etcd: no term, and
+// no token was ever held.
+type noSource struct{}
+
+func (noSource) Term(name string) Term { return Term{Election: name} }
+func (noSource) Verify(_ context.Context, name string, _ int64) (Term, bool, error) {
+	return Term{Election: name}, false, nil
+}
+func (noSource) Terms() []Term { return nil }
 
 // Monotonic is the source of fences whose elections fencegate cannot
 // see. Any token at or above the fence's high-water mark is taken: its

@@ -17,7 +17,7 @@ func TestParseRoutes(t *testing.T) {
 		{"lease-*", nil, "want PATTERN=KIND"},
 		{"=monotonic", nil, "want PATTERN=KIND"},
 		{"a*b=monotonic", nil, "'*' only at the end"},
-		{"jobs=zookeeper", nil, `unknown kind "zookeeper"`},
+		{"jobs=consul", nil, `unknown kind "consul"`},
 	}
 	for _, tt := range tests {
 		got, err := ParseRoutes(tt.in)
@@ -54,7 +54,10 @@ func TestRouter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r := NewRouter(fixed{rev: 3}, routes)
+	r, err := NewRouter(fixed{rev: 3}, routes, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for name, want := range map[string]string{"jobs": "etcd", "lease-keep": "etcd", "lease-a": "monotonic", "lease-": "monotonic", "leas": "etcd"} {
 		if got := r.KindOf(name); got != want {
 			t.Errorf("KindOf(%q): got %s, want %s", name, got, want)
@@ -85,5 +88,27 @@ func TestRouter(t *testing.T) {
 	// lease-x is etcd's, but a monotonic route takes its name: left out.
 	if got := strings.Join(names, ","); got != "jobs,lease-a" {
 		t.Fatalf("Terms: got %s, want jobs,lease-a", got)
+	}
+}
+
+func TestRouterUnconfiguredKind(t *testing.T) {
+	routes, err := ParseRoutes("zk-*=zookeeper")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := NewRouter(fixed{rev: 3}, routes, nil); err == nil || !strings.Contains(err.Error(), "zk-*=zookeeper is not configured") {
+		t.Fatalf("a route to a source not configured: got %v, want an error naming it", err)
+	}
+	r, err := NewRouter(nil, routes, map[string]Source{SourceZooKeeper: fixed{rev: 4}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := r.Term("zk-a").Rev; got != 4 {
+		t.Fatalf("Term(zk-a): got %d, want the zookeeper source's 4", got)
+	}
+	// Without etcd, a fence no route takes has no term, and no token was
+	// ever held in it.
+	if got, held, err := r.Verify(context.Background(), "jobs", 7); err != nil || held || got.HasLeader() {
+		t.Fatalf("Verify(jobs) without etcd: got %+v, %v, %v; want no term, not held", got, held, err)
 	}
 }

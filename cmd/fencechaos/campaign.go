@@ -31,6 +31,7 @@ import (
 type campaignConfig struct {
 	Backend      string
 	Protocol     string
+	Source       string
 	Mode         string
 	Seed         uint64
 	Duration     time.Duration
@@ -60,6 +61,7 @@ func runCampaign(ctx context.Context, args []string) int {
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.StringVar(&cfg.Backend, "backend", "postgres", "postgres or redis")
 	fs.StringVar(&cfg.Protocol, "protocol", protoGRPCHTTP, "how the workers write: grpc, http, grpc+http (each write over one of them, --http the chance of HTTP; alias mixed), pgwire (pgx through fencegate's PostgreSQL listener; postgres only) or resp (go-redis through fencegate's RESP listener; redis only)")
+	fs.StringVar(&cfg.Source, "source", election.SourceEtcd, "the election the workers campaign in, and fencegate learns terms from: "+sourceNames())
 	fs.StringVar(&cfg.Mode, "mode", "fenced", "fenced (workers write through fencegate) or control (straight to the backend)")
 	fs.Uint64Var(&cfg.Seed, "seed", 0, "seed of the fault schedule and the workers; 0 picks one (printed)")
 	fs.DurationVar(&cfg.Duration, "duration", time.Minute, "how long faults are injected")
@@ -140,8 +142,14 @@ func runCampaign(ctx context.Context, args []string) int {
 		return 1
 	}
 
-	c := &campaign{cfg: cfg, self: self, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfe4ce)), held: map[*child]bool{}}
-	c.logf("seed=%d backend=%s protocol=%s mode=%s duration=%s hostile=%v secure=%v fencegate=%s", cfg.Seed, cfg.Backend, cfg.Protocol, cfg.Mode, cfg.Duration, c.hostile(), cfg.Secure, cfg.FencegateBin)
+	src, err := lookupSource(cfg.Source)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "fencechaos: %v\n", err)
+		return 2
+	}
+
+	c := &campaign{cfg: cfg, self: self, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfe4ce)), held: map[*child]bool{}, source: src}
+	c.logf("seed=%d backend=%s protocol=%s source=%s mode=%s duration=%s hostile=%v secure=%v fencegate=%s", cfg.Seed, cfg.Backend, cfg.Protocol, cfg.Source, cfg.Mode, cfg.Duration, c.hostile(), cfg.Secure, cfg.FencegateBin)
 	res, err := c.run(ctx)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "fencechaos: %v\n", err)
@@ -172,8 +180,8 @@ type result struct {
 }
 
 func (r result) line(cfg campaignConfig) string {
-	return fmt.Sprintf("fencechaos backend=%s protocol=%s mode=%s seed=%d duration=%d ops=%d acked=%d refused=%d unknown=%d faults=%d leader_changes=%d zombie_writes_attempted=%d violations=%d hostile_attempts=%d hostile_accepted=%d",
-		cfg.Backend, cfg.Protocol, cfg.Mode, cfg.Seed, int(r.elapsed.Round(time.Second)/time.Second),
+	return fmt.Sprintf("fencechaos backend=%s protocol=%s source=%s mode=%s seed=%d duration=%d ops=%d acked=%d refused=%d unknown=%d faults=%d leader_changes=%d zombie_writes_attempted=%d violations=%d hostile_attempts=%d hostile_accepted=%d",
+		cfg.Backend, cfg.Protocol, cfg.Source, cfg.Mode, cfg.Seed, int(r.elapsed.Round(time.Second)/time.Second),
 		r.counts.Ops, r.counts.Acked, r.counts.Refused, r.counts.Unknown,
 		r.faults, r.leaderChanges, r.counts.Zombie, r.violations,
 		r.counts.Hostile, r.counts.HostileAccepted)
@@ -193,7 +201,9 @@ type campaign struct {
 	workers  []*workerSlot
 
 	cli *clientv3.Client
-	pg  *pgthrow.Server
+	// source is the election the workers campaign in (--source).
+	source chaosSource
+	pg     *pgthrow.Server
 	// pgRuntimeDSN is the DSN the gateways serve PostgreSQL as.
 	pgRuntimeDSN string
 	// pgLoginDSN is the pgwire workers' own login, straight to the
@@ -297,6 +307,11 @@ func (c *campaign) run(ctx context.Context) (res result, err error) {
 	}
 	if err := c.startBackend(ctx); err != nil {
 		return res, err
+	}
+	if c.source.start != nil {
+		if err := c.source.start(ctx, c); err != nil {
+			return res, fmt.Errorf("%s: %w", c.cfg.Source, err)
+		}
 	}
 	if err := c.startGateways(ctx); err != nil {
 		return res, err
@@ -635,6 +650,7 @@ func (c *campaign) startGateways(ctx context.Context) error {
 			"--etcd-endpoints=" + strings.Join(c.etcdURLs, ","),
 			"--grpc-addr=" + g.grpcAddr, "--http-addr=" + g.httpAddr,
 		}, c.backendArgs(g.backend.Addr())...)
+		args = append(args, c.source.gatewayArgs(c)...)
 		if g.pgAddr != "" {
 			args = append(args, "--pg-listen-addr="+g.pgAddr)
 		}
@@ -735,6 +751,12 @@ func (c *campaign) startWorkers() error {
 					"--zombie-min", (c.cfg.TTL + time.Second).String(),
 					"--zombie-max", (c.cfg.TTL + 3*time.Second).String(),
 				}
+				if addr, err := c.source.workerAddr(c, w); err != nil {
+					c.logf("worker %s: %v", w.name(), err)
+				} else if addr != "" {
+					args = append(args, "--source-addr", addr)
+				}
+				args = append(args, "--source", c.cfg.Source)
 				if c.hostile() {
 					args = append(args, "--hostile", strconv.FormatFloat(c.cfg.HostileP, 'f', -1, 64), "--other-fence", c.otherFence())
 				}
@@ -829,14 +851,10 @@ func (c *campaign) surprise(s string) {
 // leader returns the worker slot whose current incarnation leads the
 // fence's election, or nil.
 func (c *campaign) leader(ctx context.Context) *workerSlot {
-	gctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	pfx := election.DefaultPrefix + "/" + c.cfg.Fence + "/"
-	resp, err := c.cli.Get(gctx, pfx, clientv3.WithFirstCreate()...)
-	if err != nil || len(resp.Kvs) == 0 {
+	name := c.source.leader(ctx, c)
+	if name == "" {
 		return nil
 	}
-	name := string(resp.Kvs[0].Value)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, w := range c.workers {
@@ -903,6 +921,9 @@ func (c *campaign) teardown() {
 	for _, g := range c.gateways {
 		g.kill()
 		g.backend.Close()
+	}
+	if c.source.stop != nil {
+		c.source.stop(c)
 	}
 	if c.rdc != nil {
 		c.rdc.Close()

@@ -89,8 +89,12 @@ type workerConfig struct {
 	ZombieMin     time.Duration
 	ZombieMax     time.Duration
 	ElectionPrefx string
-	HostileP      float64
-	OtherFence    string
+	// Source is the election campaigned in (--source), SourceAddr how
+	// to reach it when it is not etcd.
+	Source     string
+	SourceAddr string
+	HostileP   float64
+	OtherFence string
 	// TLS is the worker's own certificate toward the gateways (secure.go);
 	// empty: plain TCP. Intruder is a valid certificate that no rule lets
 	// write the fence; set, hostile workers also write as the intruder and
@@ -150,6 +154,8 @@ func runWorker(ctx context.Context, args []string) error {
 	fs.DurationVar(&cfg.ZombieMin, "zombie-min", 3*time.Second, "shortest time a reckless worker keeps writing after its term is over")
 	fs.DurationVar(&cfg.ZombieMax, "zombie-max", 5*time.Second, "longest time a reckless worker keeps writing after its term is over")
 	fs.StringVar(&cfg.ElectionPrefx, "election-prefix", election.DefaultPrefix, "election prefix")
+	fs.StringVar(&cfg.Source, "source", election.SourceEtcd, "the election to campaign in: "+sourceNames())
+	fs.StringVar(&cfg.SourceAddr, "source-addr", "", "how to reach the election, when --source is not etcd")
 	fs.Float64Var(&cfg.HostileP, "hostile", 0, "probability that a leading worker sends an attack before a write (fenced mode)")
 	fs.StringVar(&cfg.OtherFence, "other-fence", "", "the fence the attacks aim at besides their own")
 	for _, f := range []struct {
@@ -161,6 +167,10 @@ func runWorker(ctx context.Context, args []string) error {
 		fs.StringVar(&f.files.Key, f.prefix+"key-file", "", "key (PEM) of --"+f.prefix+"cert-file")
 	}
 	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	src, err := lookupSource(cfg.Source)
+	if err != nil {
 		return err
 	}
 	cfg.Etcd = splitList(*etcd)
@@ -212,7 +222,7 @@ func runWorker(ctx context.Context, args []string) error {
 	defer cli.Close()
 
 	w := &worker{
-		cfg: cfg, log: log, hist: hist, write: write, send: send, sendAs: sendAs, cli: cli,
+		cfg: cfg, log: log, source: src, hist: hist, write: write, send: send, sendAs: sendAs, cli: cli,
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x5eed)),
 		attacks: newAttacker(cfg),
 	}
@@ -229,6 +239,7 @@ type worker struct {
 	// sendAs sends as someone else (asIntruder, asStranger), for attacks.
 	sendAs map[string]sendFunc
 	cli    *clientv3.Client
+	source chaosSource
 	rng    *rand.Rand
 	seq    atomic.Int64
 	// attacks draws the hostile writes (hostile.go); nil when off.
@@ -272,12 +283,7 @@ func (w *worker) watchPauses(ctx context.Context) {
 
 func (w *worker) run(ctx context.Context) error {
 	for ctx.Err() == nil {
-		lead, err := election.Campaign(ctx, w.cli, election.CampaignConfig{
-			Prefix:   w.cfg.ElectionPrefx,
-			Election: w.cfg.Fence,
-			Value:    w.cfg.ID,
-			TTL:      w.cfg.TTL,
-		})
+		lead, err := w.source.campaign(ctx, w)
 		if err != nil {
 			if ctx.Err() != nil {
 				break
@@ -298,7 +304,7 @@ func (w *worker) run(ctx context.Context) error {
 // write; a reckless one, once the term is known to be over (Done closed, or
 // the process was paused past its TTL), keeps writing with the old token
 // for a while: the buggy worker fencegate must protect the data from.
-func (w *worker) lead(ctx context.Context, lead *election.Leadership) {
+func (w *worker) lead(ctx context.Context, lead term) {
 	tok := lead.Token()
 	reckless := w.rng.Float64() < w.cfg.RecklessP
 	_ = w.hist.log(event{Type: evElect, Token: tok})

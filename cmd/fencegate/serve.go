@@ -167,7 +167,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 
 	opts.Terms = watcher
 	if len(cfg.routes) > 0 {
-		opts.Terms = election.NewRouter(watcher, cfg.routes)
+		r, err := election.NewRouter(watcher, cfg.routes, nil)
+		if err != nil {
+			return err
+		}
+		opts.Terms = r
 	}
 	gw, err := proxy.New(cfg.Proxy, opts)
 	if err != nil {

@@ -8,7 +8,8 @@
 # Usage: .ci/chaos.sh FENCED_DURATION CONTROL_DURATION [fencechaos flags...]
 # Environment: CHAOS_BACKENDS (default "postgres redis postgres:pgwire redis:resp": each
 # a backend, with :PROTOCOL for fencechaos --protocol, else its default
-# grpc+http), CHAOS_SEED (default: a new seed per run, printed).
+# grpc+http, and @SOURCE for --source, the election the workers campaign
+# in, else etcd: e.g. redis@redis-lease), CHAOS_SEED (default: a new seed per run, printed).
 set -euo pipefail
 
 fenced=$1 control=$2
@@ -23,14 +24,17 @@ field() { sed -n "s/.* $1=\([0-9]*\).*/\1/p" <<<"$2"; }
 summary=()
 for b in ${CHAOS_BACKENDS:-postgres redis postgres:pgwire redis:resp}; do
 	seed=${CHAOS_SEED:-$(($(date +%s%N) / 1000 % 1000000000 + 1))}
-	run=(--backend="${b%%:*}")
-	[[ $b == *:* ]] && run+=(--protocol="${b#*:}")
+	spec=${b%%@*}
+	run=(--backend="${spec%%:*}")
+	[[ $spec == *:* ]] && run+=(--protocol="${spec#*:}")
+	[[ $b == *@* ]] && run+=(--source="${b#*@}")
 	bin/fencechaos "${run[@]}" --mode=fenced --duration="$fenced" --seed="$seed" "$@" | tee "$logs/fenced"
 	bin/fencechaos "${run[@]}" --mode=control --duration="$control" --seed="$seed" --print-violations=0 "$@" | tee "$logs/control"
 	f=$(grep '^fencechaos backend=' "$logs/fenced" | tail -n1)
 	c=$(grep '^fencechaos backend=' "$logs/control" | tail -n1)
 	p=$(sed -n 's/.* protocol=\([^ ]*\).*/\1/p' <<<"$f")
-	summary+=("chaos $b (protocol $p, seed $seed): fenced $(field violations "$f") violations in $(field ops "$f") writes, $(field zombie_writes_attempted "$f") of them by zombies, $(field hostile_accepted "$f") of $(field hostile_attempts "$f") attacks accepted; control $(field violations "$c") violations, as it must")
+	s=$(sed -n 's/.* source=\([^ ]*\).*/\1/p' <<<"$f")
+	summary+=("chaos $b (protocol $p, source $s, seed $seed): fenced $(field violations "$f") violations in $(field ops "$f") writes, $(field zombie_writes_attempted "$f") of them by zombies, $(field hostile_accepted "$f") of $(field hostile_attempts "$f") attacks accepted; control $(field violations "$c") violations, as it must")
 done
 echo
 printf '%s\n' "${summary[@]}"

@@ -34,6 +34,7 @@ import (
 	pgthrowaway "github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	"github.com/fencegate/fencegate/proxy/redis"
 	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
+	"github.com/fencegate/fencegate/tokens"
 )
 
 const prefix = "/fencegate/elections"
@@ -125,6 +126,8 @@ type replicaConfig struct {
 	http  api.HTTPServerConfig
 	// routes, when set, route fences to term sources as --term-sources does.
 	routes []election.Route
+	// policy, when set, is the replica's policy (callers have no identity).
+	policy proxy.Authorizer
 }
 
 func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
@@ -168,9 +171,22 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 		}
 		terms = r
 	}
-	gw, err := proxy.New(rc.proxy, proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg})
+	opts := proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg, Policy: rc.policy}
+	var resets *election.Resets
+	if watch {
+		resets = election.NewResets(cli, prefix+"-resets/", log)
+		opts.Resets = resets
+	}
+	gw, err := proxy.New(rc.proxy, opts)
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
+	}
+	if resets != nil {
+		done, err := resets.Start(ctx, func(fence string, mark int64) { gw.LowerLocal(fence, tokens.Token(mark)) })
+		if err != nil {
+			t.Fatalf("resets: %v", err)
+		}
+		t.Cleanup(func() { cancel(); <-done })
 	}
 	srv := api.NewServer(gw, 64<<10)
 

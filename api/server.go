@@ -321,3 +321,17 @@ func ProtocolOf(ctx context.Context) string {
 	}
 	return ""
 }
+
+// ResetFence implements rpc Gateway.ResetFence.
+func (s *Server) ResetFence(ctx context.Context, req *fencegatev1.ResetFenceRequest) (*fencegatev1.ResetFenceResponse, error) {
+	res, err := s.gw.ResetFence(ctx, req.GetFence(), tokens.Token(req.GetHighWater()))
+	if err != nil {
+		return nil, statusError(err)
+	}
+	return &fencegatev1.ResetFenceResponse{
+		Fence:           req.GetFence(),
+		HighWaterBefore: uint64(res.Before),
+		HighWater:       uint64(res.After),
+		TermLowered:     res.TermLowered,
+	}, nil
+}

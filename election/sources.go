@@ -146,6 +146,13 @@ func (r *Router) Verify(ctx context.Context, name string, token int64) (Term, bo
 	return r.source(name).Verify(ctx, name, token)
 }
 
+// Lower lowers name's term in its source, if that source only knows the
+// tokens it was shown (Lowerer); it reports whether the term was lowered.
+func (r *Router) Lower(name string, token int64) bool {
+	l, ok := r.source(name).(Lowerer)
+	return ok && l.Lower(name, token)
+}
+
 // Terms are every source's terms of the fences routed to it, by name.
 func (r *Router) Terms() []Term {
 	var out []Term
@@ -211,6 +218,30 @@ func (m *Monotonic) Verify(_ context.Context, name string, token int64) (Term, b
 	m.terms[name] = rev
 	m.mu.Unlock()
 	return monotonicTerm(name, rev), true, nil
+}
+
+// Lower lowers name's term to token if it is higher (0 forgets it): a
+// fence reset on purpose after a forged or mistaken high token.
+// It reports whether the term was above token.
+func (m *Monotonic) Lower(name string, token int64) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	rev, ok := m.terms[name]
+	switch {
+	case !ok || token >= rev:
+		return false
+	case token <= 0:
+		delete(m.terms, name)
+	default:
+		m.terms[name] = token
+	}
+	return true
+}
+
+// Lowerer is a source whose terms an operator may lower (fence reset):
+// one that only knows the tokens it was shown.
+type Lowerer interface {
+	Lower(name string, token int64) bool
 }
 
 // Terms are the fences' terms, by name.

@@ -112,3 +112,27 @@ func TestRouterUnconfiguredKind(t *testing.T) {
 		t.Fatalf("Verify(jobs) without etcd: got %+v, %v, %v; want no term, not held", got, held, err)
 	}
 }
+
+func TestMonotonicLower(t *testing.T) {
+	ctx := context.Background()
+	m := NewMonotonic()
+	if m.Lower("f", 3) {
+		t.Fatal("Lower of an unknown fence: got true, want false")
+	}
+	_, _, _ = m.Verify(ctx, "f", 1000)
+	for _, step := range []struct {
+		to      int64
+		lowered bool
+		want    int64
+	}{{2000, false, 1000}, {1000, false, 1000}, {8, true, 8}, {0, true, 0}} {
+		if got := m.Lower("f", step.to); got != step.lowered {
+			t.Fatalf("Lower(f, %d): got %v, want %v", step.to, got, step.lowered)
+		}
+		if got := m.Term("f").Rev; got != step.want {
+			t.Fatalf("after Lower(f, %d): got term %d, want %d", step.to, got, step.want)
+		}
+	}
+	if n := len(m.Terms()); n != 0 {
+		t.Fatalf("after Lower(f, 0): got %d terms, want none", n)
+	}
+}

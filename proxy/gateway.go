@@ -37,6 +37,8 @@ type SQLBackend interface {
 	// fencegate's own login when role is empty.
 	ExecAs(ctx context.Context, fence string, t tokens.Token, role string, stmts []postgres.Statement) ([]postgres.Result, error)
 	HighWater(ctx context.Context, fence string) (tokens.Token, bool, error)
+	// Reset lowers the fence's mark (0 forgets it) and returns the old one.
+	Reset(ctx context.Context, fence string, mark tokens.Token) (tokens.Token, error)
 	Fences(ctx context.Context) ([]postgres.Fence, error)
 	Ping(ctx context.Context) error
 }
@@ -45,6 +47,8 @@ type SQLBackend interface {
 type RedisBackend interface {
 	Exec(ctx context.Context, fence string, t tokens.Token, cmds [][]string) ([]any, error)
 	HighWater(ctx context.Context, fence string) (tokens.Token, bool, error)
+	// Reset lowers the fence's mark (0 forgets it) and returns the old one.
+	Reset(ctx context.Context, fence string, mark tokens.Token) (tokens.Token, error)
 	Fences(ctx context.Context) ([]redis.Fence, error)
 	Ping(ctx context.Context) error
 }
@@ -85,6 +89,8 @@ type Options struct {
 	// came in by from its context when the front did not say
 	// (WithProtocol); nil leaves it unnamed.
 	Protocol func(context.Context) string
+	// Resets, when set, tells the other replicas of a fence reset.
+	Resets Publisher
 }
 
 // Gateway is the write pipeline. It is safe for concurrent use.
@@ -111,6 +117,7 @@ type Gateway struct {
 	// refusals rate-limits the log lines of identical refusals.
 	refusals refusalLog
 	protocol func(context.Context) string
+	resets   Publisher
 }
 
 // ErrNotConfigured is returned for a write to a backend fencegate was not
@@ -131,7 +138,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	g := &Gateway{
 		cfg: cfg, terms: opts.Terms, pg: opts.Postgres, rd: opts.Redis, log: opts.Logger, now: opts.Now,
-		policy: opts.Policy, authReq: opts.AuthRequired, audit: opts.Audit, protocol: opts.Protocol,
+		policy: opts.Policy, authReq: opts.AuthRequired, audit: opts.Audit, protocol: opts.Protocol, resets: opts.Resets,
 		verifies: newVerifyLimiter(cfg.VerifyRate, cfg.VerifyBurst, cfg.VerifyFences),
 	}
 	if g.log == nil {

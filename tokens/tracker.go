@@ -70,3 +70,20 @@ func (tr *Tracker) Range(f func(fence string, hw Token)) {
 		return true
 	})
 }
+
+// Lower lowers fence's high-water mark to t if it is higher: only when the
+// fence was reset on purpose (a poisoned mark), never from a backend's
+// answer.
+func (tr *Tracker) Lower(fence string, t Token) {
+	v, ok := tr.fences.Load(fence)
+	if !ok {
+		return
+	}
+	hw := v.(*atomic.Uint64)
+	for {
+		cur := hw.Load()
+		if uint64(t) >= cur || hw.CompareAndSwap(cur, uint64(t)) {
+			return
+		}
+	}
+}

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
+	"strconv"
 )
 
 const fencesSummary = `List the fences fencegate knows (GET /v1/fences): each one's high-water
@@ -34,14 +36,26 @@ func runFences(ctx context.Context, g *globalConfig, args []string, stdout, stde
 const fenceSummary = `Show one fence (GET /v1/fences/NAME): its high-water mark, and its
 election's current term and leader.`
 
+const resetSummary = `Lower a fence's high-water mark (POST /v1/fences/NAME/reset): the way out
+of a fence poisoned by a forged or mistaken high token under a term source
+that cannot verify tokens (--term-sources NAME=monotonic). The backends'
+marks are lowered to --to, and every fencegate replica watching etcd
+forgets its terms and marks above it. Give the real leader's current token:
+tokens from --to up are admitted again, lower ones stay refused. --to 0
+forgets the fence. A mark at or above the current one changes nothing.
+Needs the policy action fence.admin; fencegate audits it.`
+
 func runFence(ctx context.Context, g *globalConfig, args []string, stdout, stderr io.Writer) error {
+	if len(args) > 0 && args[0] == "reset" {
+		return runFenceReset(ctx, g, args[1:], stdout, stderr)
+	}
 	c := newCommand(g, "fence get", "NAME", fenceSummary)
 	if len(args) == 0 || args[0] != "get" {
 		if len(args) > 0 && (args[0] == "-h" || args[0] == "--help" || args[0] == "-help") {
 			_, err := c.parse(args, stdout, stderr)
 			return err
 		}
-		return c.usageError(stderr, "want 'fence get NAME'")
+		return c.usageError(stderr, "want 'fence get NAME' or 'fence reset NAME --to N'")
 	}
 	rest, err := c.parse(args[1:], stdout, stderr)
 	if err != nil {
@@ -63,6 +77,54 @@ func runFence(ctx context.Context, g *globalConfig, args []string, stdout, stder
 		return printJSON(stdout, f)
 	}
 	return printFences(stdout, g, []fence{f})
+}
+
+func runFenceReset(ctx context.Context, g *globalConfig, args []string, stdout, stderr io.Writer) error {
+	c := newCommand(g, "fence reset", "NAME --to N", resetSummary)
+	to := c.fs.String("to", "", "the high-water mark to lower the fence to: the real leader's current token (0 forgets the fence); required")
+	rest, err := c.parse(args, stdout, stderr)
+	if err != nil {
+		return err
+	}
+	if len(rest) != 1 {
+		return c.usageError(stderr, "want one fence name, got %d arguments", len(rest))
+	}
+	if *to == "" {
+		return c.usageError(stderr, "--to is required: the real leader's current token (0 forgets the fence)")
+	}
+	mark, err := strconv.ParseUint(*to, 10, 64)
+	if err != nil {
+		return c.usageError(stderr, "--to %q: want a decimal integer from 0", *to)
+	}
+	gw, err := newGateway(g)
+	if err != nil {
+		return err
+	}
+	defer gw.close()
+	res, err := gw.resetFence(ctx, rest[0], mark)
+	if err != nil {
+		return err
+	}
+	if g.WriteOut == "json" {
+		return printJSON(stdout, struct {
+			Fence           string `json:"fence"`
+			HighWaterBefore uint64 `json:"highWaterBefore,string"`
+			HighWater       uint64 `json:"highWater,string"`
+			TermLowered     bool   `json:"termLowered"`
+		}{res.GetFence(), res.GetHighWaterBefore(), res.GetHighWater(), res.GetTermLowered()})
+	}
+	switch before, after := res.GetHighWaterBefore(), res.GetHighWater(); {
+	case before == 0:
+		fmt.Fprintf(stdout, "fence %s: no high-water mark in any backend; nothing to lower\n", res.GetFence())
+	case after >= before:
+		fmt.Fprintf(stdout, "fence %s: high-water mark %d is not above %d: unchanged\n", res.GetFence(), before, mark)
+	default:
+		fmt.Fprintf(stdout, "fence %s: high-water mark lowered from %d to %d\n", res.GetFence(), before, after)
+	}
+	if res.GetTermLowered() {
+		fmt.Fprintf(stdout, "fence %s: terms above %d forgotten (monotonic source)\n", res.GetFence(), mark)
+	}
+	return nil
 }
 
 func printFences(w io.Writer, g *globalConfig, fs []fence) error {

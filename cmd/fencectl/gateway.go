@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -44,9 +45,22 @@ func (c *gateway) close() { c.hc.CloseIdleConnections() }
 // get fetches path and returns the status and body; a transport failure
 // is an error naming the endpoint.
 func (c *gateway) get(ctx context.Context, path string) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.base+path, nil)
+	return c.do(ctx, http.MethodGet, path, nil)
+}
+
+// do sends method to path with body (JSON, or nil) and returns the status
+// and body.
+func (c *gateway) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, rd)
 	if err != nil {
 		return 0, nil, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
@@ -59,11 +73,11 @@ func (c *gateway) get(ctx context.Context, path string) (int, []byte, error) {
 		return 0, nil, fmt.Errorf("fencegate at %s: %w", c.base, unwrapURLError(err))
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
+	out, err := io.ReadAll(io.LimitReader(resp.Body, 16<<20))
 	if err != nil {
-		return 0, nil, fmt.Errorf("fencegate at %s: GET %s: %w", c.base, path, err)
+		return 0, nil, fmt.Errorf("fencegate at %s: %s %s: %w", c.base, method, path, err)
 	}
-	return resp.StatusCode, body, nil
+	return resp.StatusCode, out, nil
 }
 
 // getProto fetches path and decodes a 200 answer into m; any other answer
@@ -74,7 +88,7 @@ func (c *gateway) getProto(ctx context.Context, path string, m proto.Message) er
 		return err
 	}
 	if code != http.StatusOK {
-		return refusal(code, path, body)
+		return refusal(code, http.MethodGet, path, body)
 	}
 	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, m); err != nil {
 		return fmt.Errorf("fencegate at %s: GET %s: bad answer: %w", c.base, path, err)
@@ -102,6 +116,28 @@ func (c *gateway) getFence(ctx context.Context, name string) (fence, error) {
 	return fenceOf(&f), nil
 }
 
+// resetFence lowers fence name's high-water mark to mark (POST
+// /v1/fences/NAME/reset).
+func (c *gateway) resetFence(ctx context.Context, name string, mark uint64) (*fencegatev1.ResetFenceResponse, error) {
+	path := "/v1/fences/" + url.PathEscape(name) + "/reset"
+	req, err := protojson.Marshal(&fencegatev1.ResetFenceRequest{HighWater: mark})
+	if err != nil {
+		return nil, err
+	}
+	code, body, err := c.do(ctx, http.MethodPost, path, req)
+	if err != nil {
+		return nil, err
+	}
+	if code != http.StatusOK {
+		return nil, refusal(code, http.MethodPost, path, body)
+	}
+	var resp fencegatev1.ResetFenceResponse
+	if err := (protojson.UnmarshalOptions{DiscardUnknown: true}).Unmarshal(body, &resp); err != nil {
+		return nil, fmt.Errorf("fencegate at %s: POST %s: bad answer: %w", c.base, path, err)
+	}
+	return &resp, nil
+}
+
 // fence is what fencectl prints of a fence; 64-bit numbers are JSON
 // strings, as in fencegate's API.
 type fence struct {
@@ -118,7 +154,7 @@ func fenceOf(f *fencegatev1.Fence) fence {
 
 // refusal turns an error answer (google.rpc.Status as JSON, or plain text
 // from /readyz and friends) into one line.
-func refusal(code int, path string, body []byte) error {
+func refusal(code int, method, path string, body []byte) error {
 	var st struct {
 		Message string `json:"message"`
 		Details []struct {
@@ -128,12 +164,12 @@ func refusal(code int, path string, body []byte) error {
 	if json.Unmarshal(body, &st) == nil && st.Message != "" {
 		for _, d := range st.Details {
 			if d.Reason != "" {
-				return fmt.Errorf("GET %s: %s: %s (HTTP %d)", path, d.Reason, st.Message, code)
+				return fmt.Errorf("%s %s: %s: %s (HTTP %d)", method, path, d.Reason, st.Message, code)
 			}
 		}
-		return fmt.Errorf("GET %s: %s (HTTP %d)", path, st.Message, code)
+		return fmt.Errorf("%s %s: %s (HTTP %d)", method, path, st.Message, code)
 	}
-	return fmt.Errorf("GET %s: HTTP %d: %s", path, code, strings.TrimSpace(string(body)))
+	return fmt.Errorf("%s %s: HTTP %d: %s", method, path, code, strings.TrimSpace(string(body)))
 }
 
 // unwrapURLError drops net/http's "Get \"url\":" wrapper: the endpoint is

@@ -24,6 +24,8 @@ Usage:
 Commands:
   fences          list the fences fencegate knows (GET /v1/fences)
   fence get NAME  one fence: high-water mark, term, leader (GET /v1/fences/NAME)
+  fence reset NAME --to N
+                  lower a poisoned fence's high-water mark (fence.admin)
   status          fencegate's health and readiness, etcd, every election's leader and term
   watch           print term changes as etcd reports them (and refusals, from fencegate's metrics)
   run             campaign in an election and run a command while leader

@@ -183,7 +183,7 @@ func readRejections(ctx context.Context, gw *gateway) (map[[2]string]uint64, err
 		return nil, err
 	}
 	if code != http.StatusOK {
-		return nil, refusal(code, "/metrics", body)
+		return nil, refusal(code, http.MethodGet, "/metrics", body)
 	}
 	return parseRejections(body), nil
 }

@@ -36,6 +36,7 @@ import (
 	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
+	"github.com/fencegate/fencegate/tokens"
 )
 
 const serveSummary = `Serve the gateway: watch elections in etcd, accept fenced writes over gRPC
@@ -173,10 +174,26 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		opts.Terms = r
 	}
+	resets := election.NewResets(etcd, "", log)
+	opts.Resets = resets
 	gw, err := proxy.New(cfg.Proxy, opts)
 	if err != nil {
 		return err
 	}
+	// Resets on other replicas lower what this one remembers of a fence.
+	rctx, stopResets := context.WithCancel(ctx)
+	resetsDone, err := resets.Start(rctx, func(fence string, mark int64) {
+		if gw.LowerLocal(fence, tokens.Token(mark)) {
+			log.Warn("fence reset by another replica: term lowered", "fence", fence, "high_water", mark)
+		} else {
+			log.Warn("fence reset by another replica", "fence", fence, "high_water", mark)
+		}
+	})
+	if err != nil {
+		stopResets()
+		return fmt.Errorf("etcd: watch fence resets: %w", err)
+	}
+	defer func() { stopResets(); <-resetsDone }()
 	srv := api.NewServer(gw, cfg.MaxBodyBytes)
 
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)

@@ -364,3 +364,22 @@ func (b *Backend) CheckRole(ctx context.Context, allowPrivileged bool) error {
 	}
 	return nil
 }
+
+// Reset lowers the fence's high-water mark to mark (0 forgets the fence)
+// with fencegate.reset, and returns the mark it had (0: no such fence). A
+// mark at or above the current one changes nothing.
+func (b *Backend) Reset(ctx context.Context, fence string, mark tokens.Token) (tokens.Token, error) {
+	if mark > tokens.MaxTerm {
+		return 0, fmt.Errorf("postgres: reset fence %q: mark %d is beyond PostgreSQL's bigint", fence, mark)
+	}
+	conn, err := b.acquire(ctx)
+	if err != nil {
+		return 0, fmt.Errorf("postgres: reset fence %q: %w", fence, err)
+	}
+	defer b.release(ctx, conn)
+	var old int64
+	if err := conn.QueryRow(ctx, "SELECT fencegate.reset($1, $2)", fence, int64(mark)).Scan(&old); err != nil {
+		return 0, fmt.Errorf("postgres: reset fence %q: %w", fence, err)
+	}
+	return tokens.Token(old), nil
+}

@@ -259,3 +259,36 @@ func parseToken(v any) tokens.Token {
 	n, _ := strconv.ParseUint(s, 10, 64)
 	return tokens.Token(n)
 }
+
+// resetScript lowers the token key KEYS[1] to ARGV[1] ("0" deletes it)
+// when it holds a higher mark, and returns the mark it held ("0": none).
+// Marks are compared as canonical decimals: longer is larger.
+var resetScript = goredis.NewScript(`
+local cur = redis.call('GET', KEYS[1])
+if not cur then return '0' end
+local new = ARGV[1]
+if new == '0' then
+  redis.call('DEL', KEYS[1])
+elseif #new < #cur or (#new == #cur and new < cur) then
+  redis.call('SET', KEYS[1], new)
+end
+return cur
+`)
+
+// Reset lowers the fence's high-water mark to mark (0 forgets the fence),
+// and returns the mark it had (0: no such fence). A mark at or above the
+// current one changes nothing.
+func (b *Backend) Reset(ctx context.Context, fence string, mark tokens.Token) (tokens.Token, error) {
+	v, err := resetScript.Run(ctx, b.client, []string{TokenKey(fence)}, mark.String()).Text()
+	if err != nil {
+		return 0, fmt.Errorf("redis: reset fence %q on %s: %w", fence, b.addr, err)
+	}
+	if v == "0" {
+		return 0, nil
+	}
+	old, err := tokens.Parse(v)
+	if err != nil {
+		return 0, fmt.Errorf("redis: fence %q on %s held %q, not a token", fence, b.addr, v)
+	}
+	return old, nil
+}

@@ -493,6 +493,131 @@ func (x *Fence) GetHasLeader() bool {
 	return false
 }
 
+type ResetFenceRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Fence string                 `protobuf:"bytes,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	// The mark to lower the fence to: the real leader's current token. 0
+	// forgets the fence. A mark at or above the current one changes nothing.
+	HighWater     uint64 `protobuf:"varint,2,opt,name=high_water,json=highWater,proto3" json:"high_water,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetFenceRequest) Reset() {
+	*x = ResetFenceRequest{}
+	mi := &file_fencegate_v1_gateway_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetFenceRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetFenceRequest) ProtoMessage() {}
+
+func (x *ResetFenceRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_fencegate_v1_gateway_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetFenceRequest.ProtoReflect.Descriptor instead.
+func (*ResetFenceRequest) Descriptor() ([]byte, []int) {
+	return file_fencegate_v1_gateway_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ResetFenceRequest) GetFence() string {
+	if x != nil {
+		return x.Fence
+	}
+	return ""
+}
+
+func (x *ResetFenceRequest) GetHighWater() uint64 {
+	if x != nil {
+		return x.HighWater
+	}
+	return 0
+}
+
+type ResetFenceResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Fence string                 `protobuf:"bytes,1,opt,name=fence,proto3" json:"fence,omitempty"`
+	// The highest mark the backends held before, and the mark now.
+	HighWaterBefore uint64 `protobuf:"varint,2,opt,name=high_water_before,json=highWaterBefore,proto3" json:"high_water_before,omitempty"`
+	HighWater       uint64 `protobuf:"varint,3,opt,name=high_water,json=highWater,proto3" json:"high_water,omitempty"`
+	// Whether the fence's term source forgot its terms above high_water (a
+	// monotonic source); sources that see their elections keep theirs.
+	TermLowered   bool `protobuf:"varint,4,opt,name=term_lowered,json=termLowered,proto3" json:"term_lowered,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ResetFenceResponse) Reset() {
+	*x = ResetFenceResponse{}
+	mi := &file_fencegate_v1_gateway_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ResetFenceResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ResetFenceResponse) ProtoMessage() {}
+
+func (x *ResetFenceResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_fencegate_v1_gateway_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ResetFenceResponse.ProtoReflect.Descriptor instead.
+func (*ResetFenceResponse) Descriptor() ([]byte, []int) {
+	return file_fencegate_v1_gateway_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ResetFenceResponse) GetFence() string {
+	if x != nil {
+		return x.Fence
+	}
+	return ""
+}
+
+func (x *ResetFenceResponse) GetHighWaterBefore() uint64 {
+	if x != nil {
+		return x.HighWaterBefore
+	}
+	return 0
+}
+
+func (x *ResetFenceResponse) GetHighWater() uint64 {
+	if x != nil {
+		return x.HighWater
+	}
+	return 0
+}
+
+func (x *ResetFenceResponse) GetTermLowered() bool {
+	if x != nil {
+		return x.TermLowered
+	}
+	return false
+}
+
 type ListFencesRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -501,7 +626,7 @@ type ListFencesRequest struct {
 
 func (x *ListFencesRequest) Reset() {
 	*x = ListFencesRequest{}
-	mi := &file_fencegate_v1_gateway_proto_msgTypes[8]
+	mi := &file_fencegate_v1_gateway_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -513,7 +638,7 @@ func (x *ListFencesRequest) String() string {
 func (*ListFencesRequest) ProtoMessage() {}
 
 func (x *ListFencesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_fencegate_v1_gateway_proto_msgTypes[8]
+	mi := &file_fencegate_v1_gateway_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -526,7 +651,7 @@ func (x *ListFencesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFencesRequest.ProtoReflect.Descriptor instead.
 func (*ListFencesRequest) Descriptor() ([]byte, []int) {
-	return file_fencegate_v1_gateway_proto_rawDescGZIP(), []int{8}
+	return file_fencegate_v1_gateway_proto_rawDescGZIP(), []int{10}
 }
 
 type ListFencesResponse struct {
@@ -538,7 +663,7 @@ type ListFencesResponse struct {
 
 func (x *ListFencesResponse) Reset() {
 	*x = ListFencesResponse{}
-	mi := &file_fencegate_v1_gateway_proto_msgTypes[9]
+	mi := &file_fencegate_v1_gateway_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -550,7 +675,7 @@ func (x *ListFencesResponse) String() string {
 func (*ListFencesResponse) ProtoMessage() {}
 
 func (x *ListFencesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_fencegate_v1_gateway_proto_msgTypes[9]
+	mi := &file_fencegate_v1_gateway_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -563,7 +688,7 @@ func (x *ListFencesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFencesResponse.ProtoReflect.Descriptor instead.
 func (*ListFencesResponse) Descriptor() ([]byte, []int) {
-	return file_fencegate_v1_gateway_proto_rawDescGZIP(), []int{9}
+	return file_fencegate_v1_gateway_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListFencesResponse) GetFences() []*Fence {
@@ -610,16 +735,28 @@ const file_fencegate_v1_gateway_proto_rawDesc = "" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x1d\n" +
 	"\n" +
-	"has_leader\x18\x05 \x01(\bR\thasLeader\"\x13\n" +
+	"has_leader\x18\x05 \x01(\bR\thasLeader\"H\n" +
+	"\x11ResetFenceRequest\x12\x14\n" +
+	"\x05fence\x18\x01 \x01(\tR\x05fence\x12\x1d\n" +
+	"\n" +
+	"high_water\x18\x02 \x01(\x04R\thighWater\"\x98\x01\n" +
+	"\x12ResetFenceResponse\x12\x14\n" +
+	"\x05fence\x18\x01 \x01(\tR\x05fence\x12*\n" +
+	"\x11high_water_before\x18\x02 \x01(\x04R\x0fhighWaterBefore\x12\x1d\n" +
+	"\n" +
+	"high_water\x18\x03 \x01(\x04R\thighWater\x12!\n" +
+	"\fterm_lowered\x18\x04 \x01(\bR\vtermLowered\"\x13\n" +
 	"\x11ListFencesRequest\"A\n" +
 	"\x12ListFencesResponse\x12+\n" +
-	"\x06fences\x18\x01 \x03(\v2\x13.fencegate.v1.FenceR\x06fences2\x9b\x02\n" +
+	"\x06fences\x18\x01 \x03(\v2\x13.fencegate.v1.FenceR\x06fences2\xec\x02\n" +
 	"\aGateway\x12=\n" +
 	"\x04Exec\x12\x19.fencegate.v1.ExecRequest\x1a\x1a.fencegate.v1.ExecResponse\x12@\n" +
 	"\x05Redis\x12\x1a.fencegate.v1.RedisRequest\x1a\x1b.fencegate.v1.RedisResponse\x12>\n" +
 	"\bGetFence\x12\x1d.fencegate.v1.GetFenceRequest\x1a\x13.fencegate.v1.Fence\x12O\n" +
 	"\n" +
-	"ListFences\x12\x1f.fencegate.v1.ListFencesRequest\x1a .fencegate.v1.ListFencesResponseBAZ?github.com/fencegate/fencegate/api/gen/fencegate/v1;fencegatev1b\x06proto3"
+	"ListFences\x12\x1f.fencegate.v1.ListFencesRequest\x1a .fencegate.v1.ListFencesResponse\x12O\n" +
+	"\n" +
+	"ResetFence\x12\x1f.fencegate.v1.ResetFenceRequest\x1a .fencegate.v1.ResetFenceResponseBAZ?github.com/fencegate/fencegate/api/gen/fencegate/v1;fencegatev1b\x06proto3"
 
 var (
 	file_fencegate_v1_gateway_proto_rawDescOnce sync.Once
@@ -633,7 +770,7 @@ func file_fencegate_v1_gateway_proto_rawDescGZIP() []byte {
 	return file_fencegate_v1_gateway_proto_rawDescData
 }
 
-var file_fencegate_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_fencegate_v1_gateway_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_fencegate_v1_gateway_proto_goTypes = []any{
 	(*Statement)(nil),          // 0: fencegate.v1.Statement
 	(*ExecRequest)(nil),        // 1: fencegate.v1.ExecRequest
@@ -643,29 +780,33 @@ var file_fencegate_v1_gateway_proto_goTypes = []any{
 	(*RedisResponse)(nil),      // 5: fencegate.v1.RedisResponse
 	(*GetFenceRequest)(nil),    // 6: fencegate.v1.GetFenceRequest
 	(*Fence)(nil),              // 7: fencegate.v1.Fence
-	(*ListFencesRequest)(nil),  // 8: fencegate.v1.ListFencesRequest
-	(*ListFencesResponse)(nil), // 9: fencegate.v1.ListFencesResponse
-	(*structpb.Value)(nil),     // 10: google.protobuf.Value
-	(*structpb.ListValue)(nil), // 11: google.protobuf.ListValue
+	(*ResetFenceRequest)(nil),  // 8: fencegate.v1.ResetFenceRequest
+	(*ResetFenceResponse)(nil), // 9: fencegate.v1.ResetFenceResponse
+	(*ListFencesRequest)(nil),  // 10: fencegate.v1.ListFencesRequest
+	(*ListFencesResponse)(nil), // 11: fencegate.v1.ListFencesResponse
+	(*structpb.Value)(nil),     // 12: google.protobuf.Value
+	(*structpb.ListValue)(nil), // 13: google.protobuf.ListValue
 }
 var file_fencegate_v1_gateway_proto_depIdxs = []int32{
-	10, // 0: fencegate.v1.Statement.params:type_name -> google.protobuf.Value
+	12, // 0: fencegate.v1.Statement.params:type_name -> google.protobuf.Value
 	0,  // 1: fencegate.v1.ExecRequest.statements:type_name -> fencegate.v1.Statement
-	11, // 2: fencegate.v1.StatementResult.rows:type_name -> google.protobuf.ListValue
+	13, // 2: fencegate.v1.StatementResult.rows:type_name -> google.protobuf.ListValue
 	2,  // 3: fencegate.v1.ExecResponse.results:type_name -> fencegate.v1.StatementResult
-	11, // 4: fencegate.v1.RedisRequest.commands:type_name -> google.protobuf.ListValue
-	10, // 5: fencegate.v1.RedisResponse.results:type_name -> google.protobuf.Value
+	13, // 4: fencegate.v1.RedisRequest.commands:type_name -> google.protobuf.ListValue
+	12, // 5: fencegate.v1.RedisResponse.results:type_name -> google.protobuf.Value
 	7,  // 6: fencegate.v1.ListFencesResponse.fences:type_name -> fencegate.v1.Fence
 	1,  // 7: fencegate.v1.Gateway.Exec:input_type -> fencegate.v1.ExecRequest
 	4,  // 8: fencegate.v1.Gateway.Redis:input_type -> fencegate.v1.RedisRequest
 	6,  // 9: fencegate.v1.Gateway.GetFence:input_type -> fencegate.v1.GetFenceRequest
-	8,  // 10: fencegate.v1.Gateway.ListFences:input_type -> fencegate.v1.ListFencesRequest
-	3,  // 11: fencegate.v1.Gateway.Exec:output_type -> fencegate.v1.ExecResponse
-	5,  // 12: fencegate.v1.Gateway.Redis:output_type -> fencegate.v1.RedisResponse
-	7,  // 13: fencegate.v1.Gateway.GetFence:output_type -> fencegate.v1.Fence
-	9,  // 14: fencegate.v1.Gateway.ListFences:output_type -> fencegate.v1.ListFencesResponse
-	11, // [11:15] is the sub-list for method output_type
-	7,  // [7:11] is the sub-list for method input_type
+	10, // 10: fencegate.v1.Gateway.ListFences:input_type -> fencegate.v1.ListFencesRequest
+	8,  // 11: fencegate.v1.Gateway.ResetFence:input_type -> fencegate.v1.ResetFenceRequest
+	3,  // 12: fencegate.v1.Gateway.Exec:output_type -> fencegate.v1.ExecResponse
+	5,  // 13: fencegate.v1.Gateway.Redis:output_type -> fencegate.v1.RedisResponse
+	7,  // 14: fencegate.v1.Gateway.GetFence:output_type -> fencegate.v1.Fence
+	11, // 15: fencegate.v1.Gateway.ListFences:output_type -> fencegate.v1.ListFencesResponse
+	9,  // 16: fencegate.v1.Gateway.ResetFence:output_type -> fencegate.v1.ResetFenceResponse
+	12, // [12:17] is the sub-list for method output_type
+	7,  // [7:12] is the sub-list for method input_type
 	7,  // [7:7] is the sub-list for extension type_name
 	7,  // [7:7] is the sub-list for extension extendee
 	0,  // [0:7] is the sub-list for field type_name
@@ -682,7 +823,7 @@ func file_fencegate_v1_gateway_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_fencegate_v1_gateway_proto_rawDesc), len(file_fencegate_v1_gateway_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -26,6 +26,7 @@ const (
 	Gateway_Redis_FullMethodName      = "/fencegate.v1.Gateway/Redis"
 	Gateway_GetFence_FullMethodName   = "/fencegate.v1.Gateway/GetFence"
 	Gateway_ListFences_FullMethodName = "/fencegate.v1.Gateway/ListFences"
+	Gateway_ResetFence_FullMethodName = "/fencegate.v1.Gateway/ResetFence"
 )
 
 // GatewayClient is the client API for Gateway service.
@@ -46,6 +47,10 @@ type GatewayClient interface {
 	GetFence(ctx context.Context, in *GetFenceRequest, opts ...grpc.CallOption) (*Fence, error)
 	// ListFences reports every fence known to the backend or the election watch.
 	ListFences(ctx context.Context, in *ListFencesRequest, opts ...grpc.CallOption) (*ListFencesResponse, error)
+	// ResetFence lowers a fence's high-water mark on purpose (policy action
+	// fence.admin; audited): the way out of a fence poisoned by a forged or
+	// mistaken high token under a term source that cannot verify tokens.
+	ResetFence(ctx context.Context, in *ResetFenceRequest, opts ...grpc.CallOption) (*ResetFenceResponse, error)
 }
 
 type gatewayClient struct {
@@ -96,6 +101,16 @@ func (c *gatewayClient) ListFences(ctx context.Context, in *ListFencesRequest, o
 	return out, nil
 }
 
+func (c *gatewayClient) ResetFence(ctx context.Context, in *ResetFenceRequest, opts ...grpc.CallOption) (*ResetFenceResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ResetFenceResponse)
+	err := c.cc.Invoke(ctx, Gateway_ResetFence_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // GatewayServer is the server API for Gateway service.
 // All implementations must embed UnimplementedGatewayServer
 // for forward compatibility.
@@ -114,6 +129,10 @@ type GatewayServer interface {
 	GetFence(context.Context, *GetFenceRequest) (*Fence, error)
 	// ListFences reports every fence known to the backend or the election watch.
 	ListFences(context.Context, *ListFencesRequest) (*ListFencesResponse, error)
+	// ResetFence lowers a fence's high-water mark on purpose (policy action
+	// fence.admin; audited): the way out of a fence poisoned by a forged or
+	// mistaken high token under a term source that cannot verify tokens.
+	ResetFence(context.Context, *ResetFenceRequest) (*ResetFenceResponse, error)
 	mustEmbedUnimplementedGatewayServer()
 }
 
@@ -135,6 +154,9 @@ func (UnimplementedGatewayServer) GetFence(context.Context, *GetFenceRequest) (*
 }
 func (UnimplementedGatewayServer) ListFences(context.Context, *ListFencesRequest) (*ListFencesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListFences not implemented")
+}
+func (UnimplementedGatewayServer) ResetFence(context.Context, *ResetFenceRequest) (*ResetFenceResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ResetFence not implemented")
 }
 func (UnimplementedGatewayServer) mustEmbedUnimplementedGatewayServer() {}
 func (UnimplementedGatewayServer) testEmbeddedByValue()                 {}
@@ -229,6 +251,24 @@ func _Gateway_ListFences_Handler(srv interface{}, ctx context.Context, dec func(
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Gateway_ResetFence_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ResetFenceRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(GatewayServer).ResetFence(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Gateway_ResetFence_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(GatewayServer).ResetFence(ctx, req.(*ResetFenceRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Gateway_ServiceDesc is the grpc.ServiceDesc for Gateway service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -251,6 +291,10 @@ var Gateway_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListFences",
 			Handler:    _Gateway_ListFences_Handler,
+		},
+		{
+			MethodName: "ResetFence",
+			Handler:    _Gateway_ResetFence_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -1,0 +1,137 @@
+package api_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/policy"
+)
+
+func resetHTTP(t *testing.T, r *replica, fence string, mark int64) httpReply {
+	t.Helper()
+	return doHTTP(t, http.MethodPost, r.url+"/v1/fences/"+fence+"/reset", "", fmt.Sprintf(`{"highWater":"%d"}`, mark))
+}
+
+// TestResetFence: a monotonic fence poisoned by a forged high token fences
+// out the real leader on every replica and in both backends; a reset on
+// one replica to the real leader's token lowers the backends' marks, that
+// replica's memory and, through etcd, the other replica's, so the real
+// leader writes again while its predecessor's zombie stays refused.
+func TestResetFence(t *testing.T) {
+	routes, err := election.ParseRoutes("mono-*=monotonic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rc := replicaConfig{watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(), routes: routes}
+	a, b := startReplicaWith(t, rc), startReplicaWith(t, rc)
+	c := db(t)
+	table := ledgerTable(t, c)
+	fence := "mono-" + fenceName(t)
+	cmd := func(v string) string { return fmt.Sprintf(`{"commands":[["SET","{%s}:k",%q]]}`, fence, v) }
+	ok := func(what string, got httpReply) {
+		t.Helper()
+		if got.code != http.StatusOK {
+			t.Fatalf("%s: got HTTP %d %s (%v), want 200", what, got.code, got.reason, got.body)
+		}
+	}
+
+	ok("term 7 on a", execHTTP(t, a, fence, 7, insert(table, "leader", 7)))
+	ok("term 7 on b, redis", redisHTTP(t, b, fence, 7, cmd("seven")))
+	ok("forged 1000 on b", execHTTP(t, b, fence, 1000, insert(table, "forger", 1000)))
+	ok("forged 1000 on a, redis", redisHTTP(t, a, fence, 1000, cmd("forged")))
+	// Both replicas now refuse the real leader's next term from memory.
+	wantRefusal(t, execHTTP(t, a, fence, 8, insert(table, "leader", 8)), 409, "STALE_TOKEN")
+	wantRefusal(t, execHTTP(t, b, fence, 8, insert(table, "leader", 8)), 409, "STALE_TOKEN")
+	wantRefusal(t, redisHTTP(t, b, fence, 8, cmd("eight")), 409, "STALE_TOKEN")
+
+	got := resetHTTP(t, a, fence, 8)
+	ok("reset to 8", got)
+	if got.body["highWaterBefore"] != "1000" || got.body["highWater"] != "8" || got.body["termLowered"] != true {
+		t.Fatalf("reset to 8: got %v, want highWaterBefore 1000, highWater 8, termLowered true", got.body)
+	}
+	var hw int64
+	if err := c.QueryRow(context.Background(), "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw); err != nil || hw != 8 {
+		t.Fatalf("postgres mark after the reset: got %d (%v), want 8", hw, err)
+	}
+	if v, err := rdb(t).Get(context.Background(), "fencegate:{"+fence+"}:token").Result(); err != nil || v != "8" {
+		t.Fatalf("redis mark after the reset: got %q (%v), want 8", v, err)
+	}
+
+	ok("term 8 on a after the reset", execHTTP(t, a, fence, 8, insert(table, "leader", 8)))
+	// b learns of the reset through etcd.
+	waitFor(t, "replica b to admit term 8", func() bool {
+		return execHTTP(t, b, fence, 8, insert(table, "leader-b", 8)).code == http.StatusOK
+	})
+	ok("term 8 on b, redis", redisHTTP(t, b, fence, 8, cmd("eight")))
+	wantRefusal(t, execHTTP(t, b, fence, 7, insert(table, "zombie", 7)), 409, "STALE_TOKEN")
+	wantRefusal(t, redisHTTP(t, a, fence, 7, cmd("zombie")), 409, "STALE_TOKEN")
+
+	// A reset never raises a mark.
+	got = resetHTTP(t, b, fence, 50)
+	ok("reset to 50", got)
+	if got.body["highWaterBefore"] != "8" || got.body["highWater"] != "8" {
+		t.Fatalf("reset above the mark: got %v, want highWaterBefore 8, highWater 8", got.body)
+	}
+	ok("term 8 after a reset to 50", execHTTP(t, a, fence, 8, insert(table, "leader", 8)))
+	if n := count(t, c, table); n != 5 {
+		t.Fatalf("got %d rows, want 5 (7, the forgery, 8 on a, 8 on b, 8 again)", n)
+	}
+	wantRefusal(t, resetHTTP(t, a, "bad/name", 1), 404, "")
+	wantRefusal(t, resetHTTP(t, a, "bad%20name", 1), 400, "INVALID_REQUEST")
+}
+
+// TestResetOutOfReach: resetting a fence is an operator's action. A
+// statement of a write cannot reach fencegate.reset (the SQL check refuses
+// the schema), nor can one run inside a fenced transaction (the function
+// refuses), and under a policy the caller needs fence.admin.
+func TestResetOutOfReach(t *testing.T) {
+	r := startReplica(t, true)
+	c := db(t)
+	fence := fenceName(t)
+	l := campaign(t, newEtcdClient(t), fence, "worker-1")
+	waitTerm(t, r, fence, l.token)
+	wantRefusal(t, execHTTP(t, r, fence, l.token, fmt.Sprintf(`{"sql":"SELECT fencegate.reset('%s', 0)"}`, fence)), 400, "INVALID_REQUEST")
+
+	ctx := context.Background()
+	tx, err := c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT fencegate.advance($1, $2)", fence, l.token); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, "SELECT fencegate.reset($1, 0)", fence)
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "FG006" {
+		t.Fatalf("reset inside a fenced transaction: got %v, want SQLSTATE FG006", err)
+	}
+
+	p, err := policy.Parse([]byte(`rules:
+  - name: everyone-writes
+    principals: ["*"]
+    fences: ["*"]
+    actions: [sql.write, redis.write, fence.read]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pr := startReplicaWith(t, replicaConfig{watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(), policy: p})
+	got := resetHTTP(t, pr, fence, 1)
+	wantRefusal(t, got, 403, "NOT_AUTHORIZED")
+	if m := got.metadata["action"]; m != "fence.admin" {
+		t.Fatalf("refused reset: got action %v, want fence.admin", m)
+	}
+	if !strings.Contains(fmt.Sprint(got.body["message"]), "may not fence.admin") {
+		t.Fatalf("refused reset: got message %v, want one naming fence.admin", got.body["message"])
+	}
+}

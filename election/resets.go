@@ -1,0 +1,105 @@
+package election
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// DefaultResetPrefix is where fence resets are published in etcd.
+const DefaultResetPrefix = "/fencegate/resets/"
+
+// Resets carries fence resets between replicas through etcd: the replica
+// that reset a fence's backends puts <prefix><fence> = <mark>, and every
+// other replica watching lowers what it remembers of the fence. A replica that
+// starts later remembers nothing to lower.
+type Resets struct {
+	cli    *clientv3.Client
+	prefix string
+	log    *slog.Logger
+	// id tells this replica's own resets apart when they come back.
+	id string
+}
+
+// NewResets publishes and watches resets under prefix (DefaultResetPrefix
+// when empty).
+func NewResets(cli *clientv3.Client, prefix string, log *slog.Logger) *Resets {
+	if prefix == "" {
+		prefix = DefaultResetPrefix
+	}
+	if !strings.HasSuffix(prefix, "/") {
+		prefix += "/"
+	}
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return &Resets{cli: cli, prefix: prefix, log: log, id: hex.EncodeToString(b[:])}
+}
+
+// PublishReset tells the other replicas that fence was reset to mark.
+func (r *Resets) PublishReset(ctx context.Context, fence string, mark int64) error {
+	_, err := r.cli.Put(ctx, r.prefix+fence, strconv.FormatInt(mark, 10)+" by="+r.id)
+	return err
+}
+
+// Start calls lower, in a goroutine of its own, for every reset published
+// after Start returned, until ctx is done (done is closed then); it
+// watches again after an interruption. It fails when etcd cannot be read.
+func (r *Resets) Start(ctx context.Context, lower func(fence string, mark int64)) (done <-chan struct{}, err error) {
+	resp, err := r.cli.Get(ctx, r.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return nil, err
+	}
+	ch := make(chan struct{})
+	go func() {
+		defer close(ch)
+		r.watch(ctx, resp.Header.Revision, lower)
+	}()
+	return ch, nil
+}
+
+func (r *Resets) watch(ctx context.Context, rev int64, lower func(fence string, mark int64)) {
+	for ctx.Err() == nil {
+		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(rev + 1)}
+		wctx := clientv3.WithRequireLeader(ctx)
+		for resp := range r.cli.Watch(wctx, r.prefix, opts...) {
+			if err := resp.Err(); err != nil {
+				if errors.Is(err, context.Canceled) {
+					return
+				}
+				r.log.Warn("fence reset watch interrupted", "err", err)
+				if resp.CompactRevision > 0 {
+					rev = resp.CompactRevision - 1
+				}
+				break
+			}
+			rev = resp.Header.Revision
+			for _, ev := range resp.Events {
+				fence := strings.TrimPrefix(string(ev.Kv.Key), r.prefix)
+				v, by, _ := strings.Cut(string(ev.Kv.Value), " by=")
+				if by == r.id {
+					continue
+				}
+				mark, err := strconv.ParseInt(v, 10, 64)
+				if err != nil || mark < 0 || fence == "" {
+					r.log.Warn("fence reset: ignored", "key", string(ev.Kv.Key), "value", string(ev.Kv.Value))
+					continue
+				}
+				lower(fence, mark)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}

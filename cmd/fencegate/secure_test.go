@@ -382,12 +382,19 @@ func TestSecureServe(t *testing.T) {
 		}
 	})
 
+	t.Run("a reset needs fence.admin", func(t *testing.T) {
+		_, err := ac.ResetFence(ctx, &fencegatev1.ResetFenceRequest{Fence: "a", HighWater: 1})
+		if reason, md := reasonOf(err); reason != "NOT_AUTHORIZED" || md["action"] != "fence.admin" {
+			t.Fatalf("alice resets fence a: got %v, want NOT_AUTHORIZED for fence.admin", err)
+		}
+	})
+
 	t.Run("the audit log holds each decision", func(t *testing.T) {
 		if err := g.stop(); err != nil {
 			t.Fatalf("serve: %v", err)
 		}
 		recs := readAudit(t, auditFile)
-		var accepted, refused, overGRPC int
+		var accepted, refused, overGRPC, resets int
 		for _, r := range recs {
 			switch r["protocol"] {
 			case "grpc":
@@ -397,6 +404,11 @@ func TestSecureServe(t *testing.T) {
 				t.Errorf("record %v: protocol %v, want grpc or http", r, r["protocol"])
 			}
 			switch {
+			case r["action"] == "fence.admin":
+				resets++
+				if r["outcome"] != "NOT_AUTHORIZED" || r["principal"] != "spiffe://test/a/alice" || r["fence"] != "a" {
+					t.Errorf("reset record %v: want alice's refused reset of a", r)
+				}
 			case r["outcome"] == "accepted" && r["principal"] == "spiffe://test/a/alice" && r["fence"] == "a" && r["role"] == "a_writer":
 				accepted++
 			case r["outcome"] == "NOT_AUTHORIZED" && r["principal"] == "spiffe://test/a/alice" && r["fence"] == "b":
@@ -419,6 +431,9 @@ func TestSecureServe(t *testing.T) {
 		}
 		if overGRPC == 0 {
 			t.Errorf("audit log of %d records: none with protocol grpc, want the gRPC writes' records", len(recs))
+		}
+		if resets != 1 {
+			t.Errorf("audit log of %d records: %d fence.admin records, want alice's refused reset", len(recs), resets)
 		}
 	})
 

@@ -123,8 +123,10 @@ type replicaConfig struct {
 	watch bool
 	proxy proxy.Config
 	http  api.HTTPServerConfig
-	// routes, when set, route fences to term sources as --term-sources does.
+	// routes, when set, route fences to term sources as --term-sources does;
+	// others are the sources they name besides etcd and monotonic.
 	routes []election.Route
+	others map[string]election.Source
 }
 
 func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
@@ -162,7 +164,7 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	var terms proxy.Terms = w
 	if len(rc.routes) > 0 {
-		r, err := election.NewRouter(w, rc.routes, nil)
+		r, err := election.NewRouter(w, rc.routes, rc.others)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -17,9 +17,10 @@ ARGS          ?=
 # replays a schedule. Each of CHAOS_BACKENDS is a backend, with :PROTOCOL
 # for the workers' fencechaos --protocol (postgres:pgwire: pgx through
 # fencegate's PostgreSQL listener; redis:resp: go-redis through its RESP
-# listener; default grpc+http).
+# listener; default grpc+http), with @SOURCE for --source (postgres@zookeeper:
+# workers elected in ZooKeeper, the fence routed to the zookeeper term source).
 CHAOS               ?= short
-CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp
+CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp postgres@zookeeper
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
 CHAOS_SHORT_FENCED  ?= 45s

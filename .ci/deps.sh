@@ -35,6 +35,15 @@ have_nutcracker || missing+=(nutcracker)
 have_redispy() { /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; }
 have_redispy || missing+=(python3-redis)
 
+# ZooKeeper (its server jar, run under the system's java by
+# election/zookeeper/throwaway) and kazoo, the Python client whose Election
+# campaigns in the zookeeper term source's tests. Debian's zookeeper package
+# installs no service: the server runs only when a test starts it.
+have_zookeeper() { [[ -f /usr/share/java/zookeeper.jar ]] && have java; }
+have_zookeeper || missing+=(zookeeper)
+have_kazoo() { /usr/bin/python3 -c 'import kazoo' >/dev/null 2>&1; }
+have_kazoo || missing+=(python3-kazoo)
+
 # The worker examples (examples/): Python with Debian's python3-etcd3 and
 # python3-requests (for the system's python3), Node (fetch) and npm for the
 # etcd3 package.
@@ -86,7 +95,7 @@ fi
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
 	have redis-server && have etcdctl && have etcd && have promtool && have prometheus && have curl && have jq && have_postgres && have_pgbouncer &&
-	have_nutcracker && have_redispy && have_py etcd3 && have_py requests && have node && have npm || {
+	have_nutcracker && have_redispy && have_zookeeper && have_kazoo && have_py etcd3 && have_py requests && have node && have npm || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

@@ -124,8 +124,10 @@ type replicaConfig struct {
 	watch bool
 	proxy proxy.Config
 	http  api.HTTPServerConfig
-	// routes, when set, route fences to term sources as --term-sources does.
+	// routes, when set, route fences to term sources as --term-sources does;
+	// others are the sources they name besides etcd and monotonic.
 	routes []election.Route
+	others map[string]election.Source
 	// policy, when set, is the replica's policy (callers have no identity).
 	policy proxy.Authorizer
 }
@@ -165,7 +167,7 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	var terms proxy.Terms = w
 	if len(rc.routes) > 0 {
-		r, err := election.NewRouter(w, rc.routes, nil)
+		r, err := election.NewRouter(w, rc.routes, rc.others)
 		if err != nil {
 			t.Fatal(err)
 		}

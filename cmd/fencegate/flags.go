@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/zookeeper"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
@@ -35,6 +36,11 @@ type serveConfig struct {
 	PgListenAddr string
 	TermSources  string
 	routes       []election.Route
+	// ZooKeeperServers reach the ZooKeeper of fences routed to the
+	// zookeeper term source; off when empty.
+	ZooKeeperServers        string
+	ZooKeeperRoot           string
+	ZooKeeperSessionTimeout time.Duration
 	// RedisListenAddr is the RESP (drop-in Redis) listener; off when
 	// empty.
 	RedisListenAddr string
@@ -58,20 +64,22 @@ type serveConfig struct {
 
 func defaultServeConfig() serveConfig {
 	return serveConfig{
-		EtcdEndpoints:   "127.0.0.1:2379",
-		EtcdDialTimeout: 5 * time.Second,
-		ElectionPrefix:  "/fencegate/elections",
-		GRPCAddr:        "127.0.0.1:7070",
-		HTTPAddr:        "127.0.0.1:7080",
-		LogFormat:       "text",
-		LogLevel:        "info",
-		MaxBodyBytes:    1 << 20,
-		ShutdownTimeout: 10 * time.Second,
-		HTTPServer:      api.DefaultHTTPServerConfig(),
-		Security:        securityConfig{TLSMinVersion: "1.2", PolicyMode: "enforce"},
-		Proxy:           proxy.DefaultConfig(),
-		Postgres:        postgres.DefaultConfig(),
-		Redis:           redis.DefaultConfig(),
+		EtcdEndpoints:           "127.0.0.1:2379",
+		EtcdDialTimeout:         5 * time.Second,
+		ElectionPrefix:          "/fencegate/elections",
+		ZooKeeperRoot:           zookeeper.DefaultRoot,
+		ZooKeeperSessionTimeout: zookeeper.DefaultSessionTimeout,
+		GRPCAddr:                "127.0.0.1:7070",
+		HTTPAddr:                "127.0.0.1:7080",
+		LogFormat:               "text",
+		LogLevel:                "info",
+		MaxBodyBytes:            1 << 20,
+		ShutdownTimeout:         10 * time.Second,
+		HTTPServer:              api.DefaultHTTPServerConfig(),
+		Security:                securityConfig{TLSMinVersion: "1.2", PolicyMode: "enforce"},
+		Proxy:                   proxy.DefaultConfig(),
+		Postgres:                postgres.DefaultConfig(),
+		Redis:                   redis.DefaultConfig(),
 	}
 }
 
@@ -80,7 +88,10 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client endpoints")
 	fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", c.EtcdDialTimeout, "how long to wait for etcd at start")
 	fs.StringVar(&c.ElectionPrefix, "election-prefix", c.ElectionPrefix, "elections live under `<prefix>`/<name>/")
-	fs.StringVar(&c.TermSources, "term-sources", c.TermSources, "comma-separated `PATTERN=KIND`: the fences PATTERN names (exact, or a prefix ending in *) take their terms from KIND, etcd (the default for every fence) or monotonic (no election visible: only the high-water rule, see README)")
+	fs.StringVar(&c.TermSources, "term-sources", c.TermSources, "comma-separated `PATTERN=KIND`: the fences PATTERN names (exact, or a prefix ending in *) take their terms from KIND, etcd (the default for every fence), zookeeper (see --zookeeper-servers) or monotonic (no election visible: only the high-water rule, see README)")
+	fs.StringVar(&c.ZooKeeperServers, "zookeeper-servers", c.ZooKeeperServers, "comma-separated ZooKeeper `host:port`s of the elections --term-sources routes to zookeeper (needed by such a route)")
+	fs.StringVar(&c.ZooKeeperRoot, "zookeeper-election-root", c.ZooKeeperRoot, "ZooKeeper elections are the znodes `<root>`/<name>, their candidates its sequential children (Curator LeaderLatch, kazoo Election or Lock)")
+	fs.DurationVar(&c.ZooKeeperSessionTimeout, "zookeeper-session-timeout", c.ZooKeeperSessionTimeout, "ZooKeeper session timeout fencegate asks for")
 	if backends {
 		fs.StringVar(&c.PostgresDSN, "postgres-dsn", c.PostgresDSN, "PostgreSQL connection string; enables /sql. Its role must be a member of fencegate_runtime (fencegate migrate --runtime-role), not a superuser")
 		fs.StringVar(&c.PostgresMigrateDSN, "postgres-migrate-dsn", c.PostgresMigrateDSN, "an admin's PostgreSQL connection string to apply fencegate's schema with at start, granting it to --postgres-dsn's role (default: only check that fencegate migrate was run)")
@@ -158,6 +169,12 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("--term-sources: %w", err)
 	}
 	c.routes = routes
+	if c.routesTo(election.SourceZooKeeper) && len(c.zooKeeperServers()) == 0 {
+		return errors.New("--term-sources routes fences to zookeeper, and --zookeeper-servers is empty")
+	}
+	if c.ZooKeeperSessionTimeout <= 0 {
+		return fmt.Errorf("--zookeeper-session-timeout must be positive, got %v", c.ZooKeeperSessionTimeout)
+	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	}
@@ -184,6 +201,26 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("--http-write-timeout %v must exceed --statement-timeout plus --verify-timeout (%v), or answers of slow writes are cut off", c.HTTPServer.WriteTimeout, longest)
 	}
 	return nil
+}
+
+// routesTo reports whether a route names source kind.
+func (c *serveConfig) routesTo(kind string) bool {
+	for _, r := range c.routes {
+		if r.Kind == kind {
+			return true
+		}
+	}
+	return false
+}
+
+func (c *serveConfig) zooKeeperServers() []string {
+	var out []string
+	for _, s := range strings.Split(c.ZooKeeperServers, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			out = append(out, s)
+		}
+	}
+	return out
 }
 
 func (c *serveConfig) endpoints() []string {

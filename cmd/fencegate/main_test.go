@@ -50,6 +50,8 @@ func TestServeErrors(t *testing.T) {
 		{"etcd unreachable", []string{"serve", "--postgres-dsn=postgres://x@127.0.0.1:1/x", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms"}, nil, "etcd at 127.0.0.1:1 is unreachable"},
 		{"env dsn used", []string{"serve", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms"}, map[string]string{"FENCEGATE_POSTGRES_DSN": "postgres://x"}, "etcd at"},
 		{"unknown command", []string{"frobnicate"}, nil, "usage"},
+		{"zookeeper route without servers", []string{"serve", "--postgres-dsn=postgres://x", "--term-sources=zk-*=zookeeper"}, nil, "--term-sources routes fences to zookeeper, and --zookeeper-servers is empty"},
+		{"zookeeper session timeout", []string{"serve", "--postgres-dsn=postgres://x", "--zookeeper-session-timeout=0s"}, nil, "--zookeeper-session-timeout must be positive, got 0s"},
 		{"exposed", []string{"serve", "--postgres-dsn=postgres://x", "--grpc-addr=0.0.0.0:7070"}, nil, "--grpc-addr 0.0.0.0:7070 is reachable from other hosts without --cert-file and --policy-file"},
 		{"exposed pprof", []string{"serve", "--postgres-dsn=postgres://x", "--pprof-addr=:6060"}, nil, "--pprof-addr :6060 is reachable from other hosts"},
 		{"shadow without policy", []string{"serve", "--postgres-dsn=postgres://x", "--policy-mode=shadow"}, nil, "--policy-mode=shadow needs --policy-file"},

@@ -31,6 +31,7 @@ import (
 	"github.com/fencegate/fencegate/api/pgwire"
 	"github.com/fencegate/fencegate/api/resp"
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/zookeeper"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/coalesce"
 	"github.com/fencegate/fencegate/proxy/policy"
@@ -154,21 +155,39 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		opts.Audit = sec.audit
 	}
 
+	termChanged := func(old, cur election.Term) {
+		log.Info("term changed", "election", cur.Election, "term", cur.Rev, "leader", cur.Leader,
+			"previous_term", old.Rev, "has_leader", cur.HasLeader())
+	}
 	watcher, err := election.NewWatcher(etcd, election.WatcherConfig{
-		Prefix: cfg.ElectionPrefix,
-		Logger: log,
-		OnChange: func(old, cur election.Term) {
-			log.Info("term changed", "election", cur.Election, "term", cur.Rev, "leader", cur.Leader,
-				"previous_term", old.Rev, "has_leader", cur.HasLeader())
-		},
+		Prefix:   cfg.ElectionPrefix,
+		Logger:   log,
+		OnChange: termChanged,
 	})
 	if err != nil {
 		return err
 	}
 
+	others := map[string]election.Source{}
+	var zkSource *zookeeper.Source
+	if cfg.routesTo(election.SourceZooKeeper) {
+		zkSource, err = zookeeper.New(zookeeper.Config{
+			Servers:        cfg.zooKeeperServers(),
+			Root:           cfg.ZooKeeperRoot,
+			SessionTimeout: cfg.ZooKeeperSessionTimeout,
+			Logger:         log,
+			OnChange:       termChanged,
+		})
+		if err != nil {
+			return err
+		}
+		defer zkSource.Close()
+		others[election.SourceZooKeeper] = zkSource
+	}
+
 	opts.Terms = watcher
 	if len(cfg.routes) > 0 {
-		r, err := election.NewRouter(watcher, cfg.routes, nil)
+		r, err := election.NewRouter(watcher, cfg.routes, others)
 		if err != nil {
 			return err
 		}
@@ -273,6 +292,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		if !watcher.Synced() {
 			return errors.New("election watch not synced with etcd")
 		}
+		if zkSource != nil && !zkSource.Connected() {
+			return errors.New("no ZooKeeper session (--zookeeper-servers)")
+		}
 		if _, err := etcd.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
 			return fmt.Errorf("etcd: %w", err)
 		}
@@ -329,6 +351,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		metricsAddr = serveMetricsAddr(gctx, g, metricsLis, api.OpsHandler(opsCfg))
 	}
 	g.Go(func() error { return watcher.Run(gctx) })
+	if zkSource != nil {
+		g.Go(func() error { return zkSource.Run(gctx) })
+	}
 	if sec.policy != nil {
 		g.Go(func() error { return sec.policy.Run(gctx) })
 	}

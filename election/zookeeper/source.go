@@ -1,0 +1,426 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/fencegate/fencegate/election"
+)
+
+// DefaultRoot is the znode elections live under when none is configured:
+// election <name> is the znode "<root>/<name>".
+const DefaultRoot = "/fencegate/elections"
+
+// DefaultSessionTimeout is the ZooKeeper session timeout asked for when
+// none is configured.
+const DefaultSessionTimeout = 10 * time.Second
+
+// DefaultMaxElections bounds the elections watched when none is configured.
+const DefaultMaxElections = 10000
+
+const (
+	minBackoff = 50 * time.Millisecond
+	maxBackoff = 5 * time.Second
+)
+
+// seqDigits is how many digits ZooKeeper appends to a sequential node.
+const seqDigits = 10
+
+// Config configures a Source.
+type Config struct {
+	// Servers are ZooKeeper's host:port addresses. Required.
+	Servers []string
+	// Root is the znode elections live under; election <name> is the znode
+	// "<Root>/<name>". Default DefaultRoot. It must start with '/' and not
+	// end with one.
+	Root string
+	// SessionTimeout is the ZooKeeper session timeout asked for (the
+	// server bounds it between 2 and 20 ticks). Default 10s.
+	SessionTimeout time.Duration
+	// MaxElections bounds how many elections are watched. Default
+	// DefaultMaxElections.
+	MaxElections int
+	// Logger receives session changes and watch errors. Nil discards them.
+	Logger *slog.Logger
+	// OnChange, if set, is called after each change of an election's
+	// leader, with the term before and after. It must be cheap and must
+	// not block.
+	OnChange func(old, new election.Term)
+}
+
+// Source follows ZooKeeper elections. It is an election.Source; Term is
+// cheap enough for every write's hot path. A Source is safe for concurrent
+// use.
+type Source struct {
+	conn     *zk.Conn
+	root     string
+	log      *slog.Logger
+	onChange func(old, new election.Term)
+	max      int
+
+	// pubMu serialises publications with their OnChange calls; readers
+	// take only mu.
+	pubMu sync.Mutex
+	mu    sync.RWMutex
+	terms map[string]election.Term // guarded by mu
+	// watched are the elections with a watch, started or asked for.
+	watched map[string]bool // guarded by mu
+	wantCh  chan string     // elections to start watching, for Run
+}
+
+// New connects to ZooKeeper (in the background: New does not wait for a
+// session) and returns a Source of the elections under cfg.Root. Run
+// watches them; Close ends the session.
+func New(cfg Config) (*Source, error) {
+	if len(cfg.Servers) == 0 {
+		return nil, errors.New("zookeeper: no servers")
+	}
+	if cfg.Root == "" {
+		cfg.Root = DefaultRoot
+	}
+	if !strings.HasPrefix(cfg.Root, "/") || (len(cfg.Root) > 1 && strings.HasSuffix(cfg.Root, "/")) || cfg.Root == "/" {
+		return nil, fmt.Errorf("zookeeper: election root %q: want a znode path such as %s", cfg.Root, DefaultRoot)
+	}
+	if cfg.SessionTimeout < 0 {
+		return nil, fmt.Errorf("zookeeper: negative session timeout %v", cfg.SessionTimeout)
+	}
+	if cfg.SessionTimeout == 0 {
+		cfg.SessionTimeout = DefaultSessionTimeout
+	}
+	if cfg.MaxElections <= 0 {
+		cfg.MaxElections = DefaultMaxElections
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	log := cfg.Logger
+	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
+		zk.WithLogger(zkLogger{log}), zk.WithLogInfo(false),
+		zk.WithEventCallback(func(ev zk.Event) {
+			if ev.Type == zk.EventSession {
+				log.Debug("zookeeper session", "state", ev.State.String(), "server", ev.Server)
+			}
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: %w", err)
+	}
+	return &Source{
+		conn:     conn,
+		root:     cfg.Root,
+		log:      log,
+		onChange: cfg.OnChange,
+		max:      cfg.MaxElections,
+		terms:    make(map[string]election.Term),
+		watched:  make(map[string]bool),
+		wantCh:   make(chan string, 256),
+	}, nil
+}
+
+// zkLogger sends the client's own log lines to slog, at debug level: they
+// are reconnection chatter that Connected and the watch errors summarise.
+type zkLogger struct{ log *slog.Logger }
+
+func (l zkLogger) Printf(format string, args ...any) {
+	l.log.Debug("zookeeper client: " + fmt.Sprintf(format, args...))
+}
+
+// Close ends the ZooKeeper session. It is idempotent.
+func (s *Source) Close() { s.conn.Close() }
+
+// Connected reports whether the ZooKeeper session is established: while it
+// is not, the terms in memory may be behind.
+func (s *Source) Connected() bool { return s.conn.State() == zk.StateHasSession }
+
+// Term returns the term known in memory for election name; for an election
+// never verified, a Term with only Election set. It does not allocate.
+func (s *Source) Term(name string) election.Term {
+	s.mu.RLock()
+	t, ok := s.terms[name]
+	s.mu.RUnlock()
+	if !ok {
+		return election.Term{Election: name}
+	}
+	return t
+}
+
+// Terms returns the terms of every election followed, sorted by name.
+func (s *Source) Terms() []election.Term {
+	s.mu.RLock()
+	ts := make([]election.Term, 0, len(s.terms))
+	for _, t := range s.terms {
+		ts = append(ts, t)
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(ts, func(a, b election.Term) int { return strings.Compare(a.Election, b.Election) })
+	return ts
+}
+
+// Run watches the elections Verify has been asked about until ctx is done;
+// then it ends the session (as Close does) and returns nil. Watches
+// interrupted by a lost connection or an expired session are read again
+// and re-armed, with backoff.
+func (s *Source) Run(ctx context.Context) error {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	for {
+		select {
+		case <-ctx.Done():
+			// The client's calls wait out a lost connection; closing
+			// ends them, and the watches with them.
+			s.conn.Close()
+			return nil
+		case name := <-s.wantCh:
+			wg.Add(1)
+			go func() { defer wg.Done(); s.watch(ctx, name) }()
+		}
+	}
+}
+
+// want asks Run to watch election name, if it is not watched and the
+// bound allows.
+func (s *Source) want(name string) {
+	s.mu.Lock()
+	ok := !s.watched[name] && len(s.watched) < s.max
+	if ok {
+		s.watched[name] = true
+	}
+	s.mu.Unlock()
+	if !ok {
+		return
+	}
+	select {
+	case s.wantCh <- name:
+	default:
+		// Run is behind; the next Verify asks again.
+		s.mu.Lock()
+		delete(s.watched, name)
+		s.mu.Unlock()
+	}
+}
+
+// watch reads election name with a child watch, publishes it, and reads
+// again on each change, until ctx is done.
+func (s *Source) watch(ctx context.Context, name string) {
+	path := s.path(name)
+	var backoff time.Duration
+	for {
+		st, ch, err := s.read(path, true)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			backoff = min(max(2*backoff, minBackoff), maxBackoff)
+			s.log.Debug("zookeeper election watch interrupted", "election", name, "err", err, "retry_in", backoff)
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			continue
+		}
+		backoff = 0
+		s.publish(name, st)
+		select {
+		case <-ctx.Done():
+			return
+		case <-ch:
+			// Any event, a lost watch included: read again.
+		}
+	}
+}
+
+// state is one read of an election.
+type state struct {
+	exists bool
+	pzxid  int64 // of the election node: the last change of its children
+	leader string
+	czxid  int64
+	data   string
+}
+
+// read reads the election at path: its candidates and its leader's node.
+// With watch, it leaves a watch on the election (its children, or its
+// creation when it does not exist) and returns its channel.
+func (s *Source) read(path string, watch bool) (state, <-chan zk.Event, error) {
+	for {
+		var (
+			children []string
+			stat     *zk.Stat
+			ch       <-chan zk.Event
+			err      error
+		)
+		if watch {
+			children, stat, ch, err = s.conn.ChildrenW(path)
+		} else {
+			children, stat, err = s.conn.Children(path)
+		}
+		if errors.Is(err, zk.ErrNoNode) {
+			if !watch {
+				return state{}, nil, nil
+			}
+			ok, _, ech, err := s.conn.ExistsW(path)
+			if err != nil {
+				return state{}, nil, err
+			}
+			if ok {
+				continue // created since: watch its children
+			}
+			return state{}, ech, nil
+		}
+		if err != nil {
+			return state{}, nil, err
+		}
+		st := state{exists: true, pzxid: stat.Pzxid}
+		leader, ok := Leader(children)
+		if !ok {
+			return st, ch, nil
+		}
+		data, lstat, err := s.conn.Get(path + "/" + leader)
+		if errors.Is(err, zk.ErrNoNode) {
+			// The leader went away between the two reads; a watch
+			// already fired, or will: read again.
+			if ch != nil {
+				<-ch
+			}
+			continue
+		}
+		if err != nil {
+			return state{}, nil, err
+		}
+		st.leader, st.czxid, st.data = path+"/"+leader, lstat.Czxid, string(data)
+		return st, ch, nil
+	}
+}
+
+// Leader returns the candidate with the lowest sequence number among an
+// election's children, and false when none is a candidate.
+func Leader(children []string) (string, bool) {
+	var (
+		best    string
+		bestSeq int64 = -1
+	)
+	for _, c := range children {
+		seq, ok := sequence(c)
+		if !ok {
+			continue
+		}
+		if bestSeq < 0 || seq < bestSeq || (seq == bestSeq && c < best) {
+			best, bestSeq = c, seq
+		}
+	}
+	return best, bestSeq >= 0
+}
+
+// sequence is the sequence number ZooKeeper appended to a node's name.
+func sequence(name string) (int64, bool) {
+	if len(name) < seqDigits {
+		return 0, false
+	}
+	digits := name[len(name)-seqDigits:]
+	for i := 0; i < len(digits); i++ {
+		if digits[i] < '0' || digits[i] > '9' {
+			return 0, false
+		}
+	}
+	n, err := strconv.ParseInt(digits, 10, 64)
+	return n, err == nil
+}
+
+// publish folds a read of election name into memory unless a later read is
+// published already: a leader is published only from a read at or after
+// the published one, so an older read cannot bring back a leader that has
+// gone. A read that finds no leader is always taken: at worst it makes the
+// next write verify.
+func (s *Source) publish(name string, st state) election.Term {
+	s.pubMu.Lock()
+	defer s.pubMu.Unlock()
+	s.mu.Lock()
+	old, known := s.terms[name]
+	if !known {
+		old = election.Term{Election: name}
+	}
+	t := old
+	switch {
+	case st.czxid != 0 && st.pzxid < old.ObservedRev:
+		s.mu.Unlock()
+		return old
+	case st.czxid != 0:
+		t.Rev, t.Leader, t.Key, t.ObservedRev = st.czxid, st.data, st.leader, st.pzxid
+	default:
+		t.Rev, t.Leader, t.Key = 0, "", ""
+		t.ObservedRev = max(t.ObservedRev, st.pzxid)
+	}
+	if t.Rev != old.Rev {
+		t.Changes++
+	}
+	t.Last = max(t.Last, t.Rev)
+	changed := t.Rev != old.Rev || t.Leader != old.Leader || t.Key != old.Key
+	if known || t.Rev != 0 {
+		if s.watched[name] {
+			s.terms[name] = t
+		} else if known {
+			// Past MaxElections nothing follows it: memory would go
+			// stale. Verify reads it each time instead.
+			delete(s.terms, name)
+		}
+	}
+	s.mu.Unlock()
+	if changed && s.onChange != nil {
+		s.onChange(old, t)
+	}
+	return t
+}
+
+// Verify syncs with the ZooKeeper leader, reads election name and reports
+// whether token is its current leader's term (a term that has ended is
+// known from memory; one that ended unseen cannot be told from a forgery,
+// and is not held). The read is folded into memory, and the election is
+// watched from then on. For an invalid name, Verify reports no leader and
+// held false. It returns an error when ZooKeeper cannot answer before ctx
+// is done.
+func (s *Source) Verify(ctx context.Context, name string, token int64) (election.Term, bool, error) {
+	if election.ValidateName(name) != nil || name == "." || name == ".." {
+		return election.Term{Election: name}, false, nil
+	}
+	s.want(name)
+	type result struct {
+		st  state
+		err error
+	}
+	// The client's calls take no context: they wait out a reconnection.
+	done := make(chan result, 1)
+	path := s.path(name)
+	go func() {
+		if _, err := s.conn.Sync(path); err != nil && !errors.Is(err, zk.ErrNoNode) {
+			done <- result{err: err}
+			return
+		}
+		st, _, err := s.read(path, false)
+		done <- result{st, err}
+	}()
+	var r result
+	select {
+	case <-ctx.Done():
+		return election.Term{}, false, fmt.Errorf("zookeeper: verify %q: %w", name, ctx.Err())
+	case r = <-done:
+	}
+	if r.err != nil {
+		return election.Term{}, false, fmt.Errorf("zookeeper: verify %q: %w", name, r.err)
+	}
+	// The newest state known answers: this read, or a later one the
+	// watch published meanwhile.
+	t := s.publish(name, r.st)
+	return t, t.HasLeader() && token == t.Rev, nil
+}
+
+func (s *Source) path(name string) string { return s.root + "/" + name }

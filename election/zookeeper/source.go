@@ -189,6 +189,12 @@ func (s *Source) Run(ctx context.Context) error {
 // want asks Run to watch election name, if it is not watched and the
 // bound allows.
 func (s *Source) want(name string) {
+	s.mu.RLock()
+	watched := s.watched[name]
+	s.mu.RUnlock()
+	if watched {
+		return
+	}
 	s.mu.Lock()
 	ok := !s.watched[name] && len(s.watched) < s.max
 	if ok {

@@ -125,6 +125,14 @@ type replicaConfig struct {
 	http  api.HTTPServerConfig
 	// routes, when set, route fences to term sources as --term-sources does.
 	routes []election.Route
+	// others are the sources routes name besides etcd and monotonic.
+	others map[string]election.Source
+	// redisLeases and readBeforeUse are how serve wires a redis-lease
+	// source: the lease checked in the Redis script, or read before use.
+	redisLeases   func(fence string) (redis.LeaseKeys, bool)
+	readBeforeUse func(backend, fence string) bool
+	// redisAddr, when set, is the Redis backend instead of the package's.
+	redisAddr string
 }
 
 func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
@@ -152,7 +160,13 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	if err := pg.Migrate(context.Background()); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	rd, err := redis.Open(context.Background(), redisAddr, redis.DefaultConfig())
+	rcfg := redis.DefaultConfig()
+	rcfg.Leases = rc.redisLeases
+	raddr := redisAddr
+	if rc.redisAddr != "" {
+		raddr = rc.redisAddr
+	}
+	rd, err := redis.Open(context.Background(), raddr, rcfg)
 	if err != nil {
 		t.Fatalf("redis: %v", err)
 	}
@@ -162,13 +176,13 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	log := slog.New(slog.NewTextHandler(logs, nil))
 	var terms proxy.Terms = w
 	if len(rc.routes) > 0 {
-		r, err := election.NewRouter(w, rc.routes, nil)
+		r, err := election.NewRouter(w, rc.routes, rc.others)
 		if err != nil {
 			t.Fatal(err)
 		}
 		terms = r
 	}
-	gw, err := proxy.New(rc.proxy, proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg})
+	gw, err := proxy.New(rc.proxy, proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg, ReadBeforeUse: rc.readBeforeUse})
 	if err != nil {
 		t.Fatalf("proxy: %v", err)
 	}

@@ -75,6 +75,7 @@ type Source struct {
 
 	mu    sync.RWMutex
 	terms map[string]election.Term // fences polled, guarded by mu
+	keys  map[string]Keys          // of the fences polled, guarded by mu
 }
 
 // New returns a Source reading leases through client, which it does not
@@ -116,12 +117,19 @@ func New(client goredis.UniversalClient, cfg Config) (*Source, error) {
 	return &Source{
 		client: client, keyPat: cfg.KeyPattern, counterPat: cfg.CounterPattern,
 		interval: cfg.PollInterval, maxFences: cfg.MaxFences, log: cfg.Logger,
-		terms: map[string]election.Term{},
+		terms: map[string]election.Term{}, keys: map[string]Keys{},
 	}, nil
 }
 
-// Keys are fence's lease and counter keys.
+// Keys are fence's lease and counter keys. Those of a fence polled are
+// kept: no allocation on the write path.
 func (s *Source) Keys(fence string) Keys {
+	s.mu.RLock()
+	k, ok := s.keys[fence]
+	s.mu.RUnlock()
+	if ok {
+		return k
+	}
 	return Keys{Lease: fmt.Sprintf(s.keyPat, fence), Counter: fmt.Sprintf(s.counterPat, fence)}
 }
 
@@ -198,8 +206,11 @@ func (s *Source) record(t election.Term) election.Term {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.terms[t.Election]
-	if !ok && len(s.terms) >= s.maxFences {
-		return t
+	if !ok {
+		if len(s.terms) >= s.maxFences {
+			return t
+		}
+		s.keys[t.Election] = Keys{Lease: fmt.Sprintf(s.keyPat, t.Election), Counter: fmt.Sprintf(s.counterPat, t.Election)}
 	}
 	if ok && old.Last > t.Last {
 		return old

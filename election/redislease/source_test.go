@@ -156,6 +156,9 @@ func TestPoll(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _ = s.Term(fence) }); n != 0 {
 		t.Fatalf("Term: got %v allocations, want 0", n)
 	}
+	if n := testing.AllocsPerRun(100, func() { _ = s.Keys(fence) }); n != 0 {
+		t.Fatalf("Keys of a polled fence: got %v allocations, want 0", n)
+	}
 }
 
 // TestRun: the poll loop refreshes memory on its own and stops with ctx.

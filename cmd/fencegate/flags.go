@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/redislease"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
@@ -35,6 +36,8 @@ type serveConfig struct {
 	PgListenAddr string
 	TermSources  string
 	routes       []election.Route
+	// RedisLease is where fences routed to redis-lease find their leases.
+	RedisLease redisLeaseConfig
 	// RedisListenAddr is the RESP (drop-in Redis) listener; off when
 	// empty.
 	RedisListenAddr string
@@ -72,6 +75,7 @@ func defaultServeConfig() serveConfig {
 		Proxy:           proxy.DefaultConfig(),
 		Postgres:        postgres.DefaultConfig(),
 		Redis:           redis.DefaultConfig(),
+		RedisLease:      redisLeaseConfig{KeyPattern: redislease.DefaultKeyPattern, CounterPattern: redislease.DefaultCounterPattern},
 	}
 }
 
@@ -80,7 +84,8 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client endpoints")
 	fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", c.EtcdDialTimeout, "how long to wait for etcd at start")
 	fs.StringVar(&c.ElectionPrefix, "election-prefix", c.ElectionPrefix, "elections live under `<prefix>`/<name>/")
-	fs.StringVar(&c.TermSources, "term-sources", c.TermSources, "comma-separated `PATTERN=KIND`: the fences PATTERN names (exact, or a prefix ending in *) take their terms from KIND, etcd (the default for every fence) or monotonic (no election visible: only the high-water rule, see README)")
+	fs.StringVar(&c.TermSources, "term-sources", c.TermSources, "comma-separated `PATTERN=KIND`: the fences PATTERN names (exact, or a prefix ending in *) take their terms from KIND, etcd (the default for every fence), monotonic (no election visible: only the high-water rule) or redis-lease (a Redis SET NX PX lease with an INCR counter; see README)")
+	c.RedisLease.register(fs)
 	if backends {
 		fs.StringVar(&c.PostgresDSN, "postgres-dsn", c.PostgresDSN, "PostgreSQL connection string; enables /sql. Its role must be a member of fencegate_runtime (fencegate migrate --runtime-role), not a superuser")
 		fs.StringVar(&c.PostgresMigrateDSN, "postgres-migrate-dsn", c.PostgresMigrateDSN, "an admin's PostgreSQL connection string to apply fencegate's schema with at start, granting it to --postgres-dsn's role (default: only check that fencegate migrate was run)")
@@ -158,6 +163,12 @@ func (c *serveConfig) validate() error {
 		return fmt.Errorf("--term-sources: %w", err)
 	}
 	c.routes = routes
+	if err := c.RedisLease.validate(); err != nil {
+		return err
+	}
+	if routesKind(routes, election.SourceRedisLease) && c.RedisLease.Addr == "" && c.RedisAddr == "" {
+		return fmt.Errorf("--term-sources routes fences to %s: set --redis-lease-addr or --redis-addr", election.SourceRedisLease)
+	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
 	}

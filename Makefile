@@ -17,9 +17,11 @@ ARGS          ?=
 # replays a schedule. Each of CHAOS_BACKENDS is a backend, with :PROTOCOL
 # for the workers' fencechaos --protocol (postgres:pgwire: pgx through
 # fencegate's PostgreSQL listener; redis:resp: go-redis through its RESP
-# listener; default grpc+http).
+# listener; default grpc+http), and @SOURCE for the election the workers
+# campaign in (redis@redis-lease: the seed's Redis lease, in the data's own
+# Redis; default etcd).
 CHAOS               ?= short
-CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp
+CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp redis@redis-lease
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
 CHAOS_SHORT_FENCED  ?= 45s

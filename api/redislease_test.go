@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -32,7 +31,7 @@ var releaseScript = goredis.NewScript(`if redis.call('GET', KEYS[1]) == ARGV[1] 
 
 func (w *leaseWorker) acquire(t *testing.T, ttl time.Duration) int64 {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	ok, err := w.c.SetNX(ctx, w.k.Lease, w.id, ttl).Result()
 	if err != nil || !ok {
 		t.Fatalf("%s: SET %s NX: got %v, %v, want the lease", w.id, w.k.Lease, ok, err)
@@ -45,7 +44,7 @@ func (w *leaseWorker) acquire(t *testing.T, ttl time.Duration) int64 {
 
 func (w *leaseWorker) release(t *testing.T) {
 	t.Helper()
-	if n, err := releaseScript.Run(context.Background(), w.c, []string{w.k.Lease}, w.id).Int(); err != nil || n != 1 {
+	if n, err := releaseScript.Run(t.Context(), w.c, []string{w.k.Lease}, w.id).Int(); err != nil || n != 1 {
 		t.Fatalf("%s: release: got %d, %v", w.id, n, err)
 	}
 }
@@ -96,7 +95,7 @@ func leaseReplica(t *testing.T, leaseAddr, dataRedis string) (*replica, *redisle
 // (PostgreSQL; Redis data apart from the lease's Redis). Each refusal
 // stores nothing.
 func TestRedisLeaseSource(t *testing.T) {
-	other, err := redisthrowaway.Start(context.Background(), redisthrowaway.Options{})
+	other, err := redisthrowaway.Start(t.Context(), redisthrowaway.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -119,7 +118,7 @@ func TestRedisLeaseSource(t *testing.T) {
 	redisWrite := func(r *replica, fence string, token int64) httpReply {
 		return redisHTTP(t, r, fence, token, fmt.Sprintf(`{"commands":[["RPUSH","{%s}:log","%d"]]}`, fence, token))
 	}
-	redisStored := func(fence string) int { return int(rdb(t).LLen(context.Background(), "{"+fence+"}:log").Val()) }
+	redisStored := func(fence string) int { return int(rdb(t).LLen(t.Context(), "{"+fence+"}:log").Val()) }
 	for _, p := range []path{
 		{"redis, lease in the same Redis: checked in the script", same, sameLease, sameSrc, redisWrite, redisStored},
 		{"redis, lease in another Redis: read before use", apart, apartLease, apartSrc, redisWrite, redisStored},
@@ -129,7 +128,7 @@ func TestRedisLeaseSource(t *testing.T) {
 			},
 			func(fence string) int {
 				var n int
-				if err := pgc.QueryRow(context.Background(), "SELECT count(*) FROM "+table+" WHERE worker = $1", fence).Scan(&n); err != nil {
+				if err := pgc.QueryRow(t.Context(), "SELECT count(*) FROM "+table+" WHERE worker = $1", fence).Scan(&n); err != nil {
 					t.Fatal(err)
 				}
 				return n
@@ -168,13 +167,13 @@ func TestRedisLeaseSource(t *testing.T) {
 			tb := b.acquire(t, 500*time.Millisecond)
 			step("a is a zombie: b holds the lease", ta, 409, "STALE_TOKEN")
 			step("b holds the lease", tb, 200, "")
-			waitFor(t, "b's lease to expire", func() bool { return p.lease.Exists(context.Background(), k.Lease).Val() == 0 })
+			waitFor(t, "b's lease to expire", func() bool { return p.lease.Exists(t.Context(), k.Lease).Val() == 0 })
 			step("b's lease expired, no new holder", tb, 409, "TERM_ENDED")
 			step("a, still a zombie", ta, 409, "STALE_TOKEN")
 
 			// The listing shows the lease's term as last read (here, by
 			// a poll as Run makes).
-			if err := p.src.Poll(context.Background()); err != nil {
+			if err := p.src.Poll(t.Context()); err != nil {
 				t.Fatal(err)
 			}
 			var st map[string]any

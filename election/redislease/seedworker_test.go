@@ -1,7 +1,6 @@
 package redislease_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 	"time"
@@ -26,7 +25,7 @@ var (
 // acquire takes the lease and returns the token, or 0 if someone holds it.
 func (w *leaseWorker) acquire(t *testing.T, ttl time.Duration) int64 {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	ok, err := w.c.SetNX(ctx, w.key, w.id, ttl).Result()
 	if err != nil {
 		t.Fatalf("%s: SET NX: %v", w.id, err)
@@ -43,7 +42,7 @@ func (w *leaseWorker) acquire(t *testing.T, ttl time.Duration) int64 {
 
 func (w *leaseWorker) renew(t *testing.T, ttl time.Duration) bool {
 	t.Helper()
-	n, err := renewScript.Run(context.Background(), w.c, []string{w.key}, w.id, ttl.Milliseconds()).Int()
+	n, err := renewScript.Run(t.Context(), w.c, []string{w.key}, w.id, ttl.Milliseconds()).Int()
 	if err != nil {
 		t.Fatalf("%s: renew: %v", w.id, err)
 	}
@@ -52,7 +51,7 @@ func (w *leaseWorker) renew(t *testing.T, ttl time.Duration) bool {
 
 func (w *leaseWorker) release(t *testing.T) {
 	t.Helper()
-	if err := releaseScript.Run(context.Background(), w.c, []string{w.key}, w.id).Err(); err != nil && !errors.Is(err, goredis.Nil) {
+	if err := releaseScript.Run(t.Context(), w.c, []string{w.key}, w.id).Err(); err != nil && !errors.Is(err, goredis.Nil) {
 		t.Fatalf("%s: release: %v", w.id, err)
 	}
 }
@@ -69,7 +68,7 @@ func waitGone(t *testing.T, c *goredis.Client, key string) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		n, err := c.Exists(context.Background(), key).Result()
+		n, err := c.Exists(t.Context(), key).Result()
 		if err != nil {
 			t.Fatal(err)
 		}

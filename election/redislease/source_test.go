@@ -2,6 +2,7 @@ package redislease_test
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func newSource(t *testing.T) *redislease.Source {
 // checks the term Verify reads, and what tokens.DecideVerified makes of
 // it, at each step.
 func TestVerify(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	s := newSource(t)
 	fence := unique("verify")
 	k := s.Keys(fence)
@@ -110,7 +111,7 @@ func TestVerify(t *testing.T) {
 // TestPoll: a fence Verify found is refreshed by Poll, so memory follows
 // the lease changing hands and expiring; Term does not allocate.
 func TestPoll(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	s := newSource(t)
 	fence := unique("poll")
 	k := s.Keys(fence)
@@ -172,10 +173,10 @@ func TestRun(t *testing.T) {
 	k := s.Keys(fence)
 	a := &leaseWorker{c: c, key: k.Lease, counter: k.Counter, id: "a"}
 	ta := a.acquire(t, time.Minute)
-	if _, _, err := s.Verify(context.Background(), fence, ta); err != nil {
+	if _, _, err := s.Verify(t.Context(), fence, ta); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- s.Run(ctx) }()
 	a.release(t)
@@ -187,7 +188,7 @@ func TestRun(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	cancel()
-	if err := <-done; err != context.Canceled {
+	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run: got %v, want context.Canceled", err)
 	}
 }
@@ -197,10 +198,10 @@ func TestRun(t *testing.T) {
 func TestCorruptCounter(t *testing.T) {
 	s := newSource(t)
 	fence := unique("corrupt")
-	if err := newClient(t).Set(context.Background(), s.Keys(fence).Counter, "banana", 0).Err(); err != nil {
+	if err := newClient(t).Set(t.Context(), s.Keys(fence).Counter, "banana", 0).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if _, held, err := s.Verify(context.Background(), fence, 1); err == nil || held {
+	if _, held, err := s.Verify(t.Context(), fence, 1); err == nil || held {
 		t.Fatalf("got held %v, err %v, want an error", held, err)
 	}
 }

@@ -1,7 +1,6 @@
 package redis
 
 import (
-	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -25,7 +24,7 @@ func leaseBackend(t *testing.T) *Backend {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Leases = leaseKeys
-	b, err := Open(context.Background(), server.Addr(), cfg)
+	b, err := Open(t.Context(), server.Addr(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -37,7 +36,7 @@ func leaseBackend(t *testing.T) *Backend {
 // INCR the counter for its token. It returns 0 when the lease is held.
 func acquire(t *testing.T, c *goredis.Client, lk LeaseKeys, id string, ttl time.Duration) tokens.Token {
 	t.Helper()
-	ctx := context.Background()
+	ctx := t.Context()
 	ok, err := c.SetNX(ctx, lk.Lease, id, ttl).Result()
 	if err != nil {
 		t.Fatal(err)
@@ -60,7 +59,7 @@ func acquire(t *testing.T, c *goredis.Client, lk LeaseKeys, id string, ttl time.
 // UNKNOWN_TERM; nothing is written for any refusal. A client cannot name
 // the lease keys, and a fence of another source is unchanged.
 func TestLeaseInScript(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	b := leaseBackend(t)
 	c := admin(t)
 	fence := unique("lease")
@@ -127,7 +126,7 @@ func TestLeaseInScript(t *testing.T) {
 // TestLeaseCorruptCounter: a counter that holds no token refuses the
 // write, naming the key.
 func TestLeaseCorruptCounter(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	b := leaseBackend(t)
 	c := admin(t)
 	fence := unique("lease")
@@ -147,7 +146,7 @@ func TestLeaseCorruptCounter(t *testing.T) {
 // TestLeaseBatched: lease writes and plain ones coalesced in one
 // pipeline each run their own script.
 func TestLeaseBatched(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	cfg := DefaultConfig()
 	cfg.Leases = leaseKeys
 	cfg.PoolSize = 1

@@ -17,10 +17,12 @@ ARGS          ?=
 # replays a schedule. Each of CHAOS_BACKENDS is a backend, with :PROTOCOL
 # for the workers' fencechaos --protocol (postgres:pgwire: pgx through
 # fencegate's PostgreSQL listener; redis:resp: go-redis through its RESP
-# listener; default grpc+http), with @SOURCE for --source (postgres@zookeeper:
-# workers elected in ZooKeeper, the fence routed to the zookeeper term source).
+# listener; default grpc+http), with @SOURCE for --source, the election the
+# workers campaign in, else etcd (postgres@zookeeper: workers elected in
+# ZooKeeper, the fence routed to the zookeeper term source; redis@redis-lease:
+# the seed's Redis lease, in the data's own Redis).
 CHAOS               ?= short
-CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp postgres@zookeeper
+CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp postgres@zookeeper redis@redis-lease
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
 CHAOS_SHORT_FENCED  ?= 45s

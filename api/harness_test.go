@@ -127,7 +127,14 @@ type replicaConfig struct {
 	// routes, when set, route fences to term sources as --term-sources does;
 	// others are the sources they name besides etcd and monotonic.
 	routes []election.Route
+	// others are the sources routes name besides etcd and monotonic.
 	others map[string]election.Source
+	// redisLeases and readBeforeUse are how serve wires a redis-lease
+	// source: the lease checked in the Redis script, or read before use.
+	redisLeases   func(fence string) (redis.LeaseKeys, bool)
+	readBeforeUse func(backend, fence string) bool
+	// redisAddr, when set, is the Redis backend instead of the package's.
+	redisAddr string
 	// policy, when set, is the replica's policy (callers have no identity).
 	policy proxy.Authorizer
 }
@@ -157,7 +164,13 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	if err := pg.Migrate(context.Background()); err != nil {
 		t.Fatalf("migrate: %v", err)
 	}
-	rd, err := redis.Open(context.Background(), redisAddr, redis.DefaultConfig())
+	rcfg := redis.DefaultConfig()
+	rcfg.Leases = rc.redisLeases
+	raddr := redisAddr
+	if rc.redisAddr != "" {
+		raddr = rc.redisAddr
+	}
+	rd, err := redis.Open(context.Background(), raddr, rcfg)
 	if err != nil {
 		t.Fatalf("redis: %v", err)
 	}
@@ -173,7 +186,7 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 		}
 		terms = r
 	}
-	opts := proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg, Policy: rc.policy}
+	opts := proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg, Policy: rc.policy, ReadBeforeUse: rc.readBeforeUse}
 	var resets *election.Resets
 	if watch {
 		resets = election.NewResets(cli, prefix+"-resets/", log)

@@ -91,6 +91,14 @@ type Options struct {
 	Protocol func(context.Context) string
 	// Resets, when set, tells the other replicas of a fence reset.
 	Resets Publisher
+	// ReadBeforeUse tells whether a write to fence through backend
+	// (BackendPostgres, BackendRedis) must have its term read from the
+	// source (Terms.Verify) just before it is sent: fences whose source
+	// the backend cannot check atomically with the write (a Redis lease
+	// kept apart from the data). Such reads are not rate limited (the
+	// verify limiter is for tokens above every known term); a token
+	// memory already refuses is refused without one. Nil: none.
+	ReadBeforeUse func(backend, fence string) bool
 }
 
 // Gateway is the write pipeline. It is safe for concurrent use.
@@ -118,6 +126,8 @@ type Gateway struct {
 	refusals refusalLog
 	protocol func(context.Context) string
 	resets   Publisher
+	// readFirst is Options.ReadBeforeUse.
+	readFirst func(backend, fence string) bool
 }
 
 // ErrNotConfigured is returned for a write to a backend fencegate was not
@@ -139,7 +149,8 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	g := &Gateway{
 		cfg: cfg, terms: opts.Terms, pg: opts.Postgres, rd: opts.Redis, log: opts.Logger, now: opts.Now,
 		policy: opts.Policy, authReq: opts.AuthRequired, audit: opts.Audit, protocol: opts.Protocol, resets: opts.Resets,
-		verifies: newVerifyLimiter(cfg.VerifyRate, cfg.VerifyBurst, cfg.VerifyFences),
+		readFirst: opts.ReadBeforeUse,
+		verifies:  newVerifyLimiter(cfg.VerifyRate, cfg.VerifyBurst, cfg.VerifyFences),
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -419,8 +430,13 @@ func (g *Gateway) admit(ctx context.Context, backend int, fence, rawToken string
 	hw := g.trackers[backend].HighWater(fence)
 	term := g.terms.Term(fence)
 	o := tokens.Decide(t, hw, term)
-	if o == tokens.Verify {
-		if !g.verifies.allow(fence, now) {
+	// A fence read before use is verified whenever memory would let the
+	// write through, or says its term ended (a later term may have begun:
+	// then the answer is STALE_TOKEN), and never refused by the limiter:
+	// every write reads.
+	readFirst := o != tokens.Stale && o != tokens.Unknown && g.readFirst != nil && g.readFirst(backends[backend], fence)
+	if o == tokens.Verify || readFirst {
+		if !readFirst && !g.verifies.allow(fence, now) {
 			r := tokens.Refuse(tokens.ReasonOverloaded, fence, t,
 				"too many tokens above every known term of election %q to verify with etcd; retry with backoff", fence)
 			r.HighWater, r.Term = hw, tokens.Token(term.Rev)

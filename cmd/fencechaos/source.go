@@ -40,6 +40,9 @@ type chaosSource struct {
 	campaign func(ctx context.Context, w *worker) (term, error)
 	// stop stops what start started; nil when nothing.
 	stop func(c *campaign)
+	// ownsKey, when set, tells the keys the source keeps in the data's
+	// Redis (its leases): not stray.
+	ownsKey func(c *campaign, key string) bool
 }
 
 // sources are the --source values, by name.

@@ -134,6 +134,9 @@ func (c *campaign) readRedis(ctx context.Context, st *backendState) error {
 		if _, ok := ledgers[key]; ok {
 			continue
 		}
+		if c.source.ownsKey != nil && c.source.ownsKey(c, key) {
+			continue
+		}
 		if f, ok := markFence(key); ok {
 			v, err := c.rdc.Get(ctx, key).Result()
 			if err != nil {

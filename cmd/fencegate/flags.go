@@ -12,6 +12,7 @@ import (
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/election/zookeeper"
+	"github.com/fencegate/fencegate/election/redislease"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
@@ -41,6 +42,8 @@ type serveConfig struct {
 	ZooKeeperServers        string
 	ZooKeeperRoot           string
 	ZooKeeperSessionTimeout time.Duration
+	// RedisLease is where fences routed to redis-lease find their leases.
+	RedisLease redisLeaseConfig
 	// RedisListenAddr is the RESP (drop-in Redis) listener; off when
 	// empty.
 	RedisListenAddr string
@@ -80,6 +83,7 @@ func defaultServeConfig() serveConfig {
 		Proxy:                   proxy.DefaultConfig(),
 		Postgres:                postgres.DefaultConfig(),
 		Redis:                   redis.DefaultConfig(),
+		RedisLease:              redisLeaseConfig{KeyPattern: redislease.DefaultKeyPattern, CounterPattern: redislease.DefaultCounterPattern},
 	}
 }
 
@@ -88,10 +92,11 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client endpoints")
 	fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", c.EtcdDialTimeout, "how long to wait for etcd at start")
 	fs.StringVar(&c.ElectionPrefix, "election-prefix", c.ElectionPrefix, "elections live under `<prefix>`/<name>/")
-	fs.StringVar(&c.TermSources, "term-sources", c.TermSources, "comma-separated `PATTERN=KIND`: the fences PATTERN names (exact, or a prefix ending in *) take their terms from KIND, etcd (the default for every fence), zookeeper (see --zookeeper-servers) or monotonic (no election visible: only the high-water rule, see README)")
+	fs.StringVar(&c.TermSources, "term-sources", c.TermSources, "comma-separated `PATTERN=KIND`: the fences PATTERN names (exact, or a prefix ending in *) take their terms from KIND, etcd (the default for every fence), zookeeper (see --zookeeper-servers), redis-lease (a Redis SET NX PX lease with an INCR counter) or monotonic (no election visible: only the high-water rule); see README")
 	fs.StringVar(&c.ZooKeeperServers, "zookeeper-servers", c.ZooKeeperServers, "comma-separated ZooKeeper `host:port`s of the elections --term-sources routes to zookeeper (needed by such a route)")
 	fs.StringVar(&c.ZooKeeperRoot, "zookeeper-election-root", c.ZooKeeperRoot, "ZooKeeper elections are the znodes `<root>`/<name>, their candidates its sequential children (Curator LeaderLatch, kazoo Election or Lock)")
 	fs.DurationVar(&c.ZooKeeperSessionTimeout, "zookeeper-session-timeout", c.ZooKeeperSessionTimeout, "ZooKeeper session timeout fencegate asks for")
+	c.RedisLease.register(fs)
 	if backends {
 		fs.StringVar(&c.PostgresDSN, "postgres-dsn", c.PostgresDSN, "PostgreSQL connection string; enables /sql. Its role must be a member of fencegate_runtime (fencegate migrate --runtime-role), not a superuser")
 		fs.StringVar(&c.PostgresMigrateDSN, "postgres-migrate-dsn", c.PostgresMigrateDSN, "an admin's PostgreSQL connection string to apply fencegate's schema with at start, granting it to --postgres-dsn's role (default: only check that fencegate migrate was run)")
@@ -174,6 +179,12 @@ func (c *serveConfig) validate() error {
 	}
 	if c.ZooKeeperSessionTimeout <= 0 {
 		return fmt.Errorf("--zookeeper-session-timeout must be positive, got %v", c.ZooKeeperSessionTimeout)
+	}
+	if err := c.RedisLease.validate(); err != nil {
+		return err
+	}
+	if routesKind(routes, election.SourceRedisLease) && c.RedisLease.Addr == "" && c.RedisAddr == "" {
+		return fmt.Errorf("--term-sources routes fences to %s: set --redis-lease-addr or --redis-addr", election.SourceRedisLease)
 	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)

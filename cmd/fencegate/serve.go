@@ -105,6 +105,15 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := proxy.Options{Logger: log, Registerer: reg, Protocol: api.ProtocolOf}
+	var lease *redisLease
+	if routesKind(cfg.routes, election.SourceRedisLease) {
+		if lease, err = openRedisLease(ctx, cfg, log); err != nil {
+			return err
+		}
+		defer lease.client.Close()
+		cfg.Redis.Leases = lease.leases()
+		opts.ReadBeforeUse = lease.readBeforeUse
+	}
 	var pg *postgres.Backend
 	if cfg.PostgresDSN != "" {
 		pg, err = postgres.Open(ctx, cfg.PostgresDSN, cfg.Postgres)
@@ -187,11 +196,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 
 	opts.Terms = watcher
 	if len(cfg.routes) > 0 {
+		if lease != nil {
+			others[election.SourceRedisLease] = lease.src
+		}
 		r, err := election.NewRouter(watcher, cfg.routes, others)
 		if err != nil {
 			return err
 		}
 		opts.Terms = r
+		if lease != nil {
+			lease.kindOf = r.KindOf
+		}
 	}
 	resets := election.NewResets(etcd, "", log)
 	opts.Resets = resets
@@ -298,6 +313,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		if _, err := etcd.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
 			return fmt.Errorf("etcd: %w", err)
 		}
+		if lease != nil {
+			if err := lease.client.Ping(ctx).Err(); err != nil {
+				return fmt.Errorf("redis-lease %s: %w", lease.addr, err)
+			}
+		}
 		return gw.Ready(ctx)
 	}
 	readiness := newReadiness(reg, log, ready)
@@ -353,6 +373,9 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	g.Go(func() error { return watcher.Run(gctx) })
 	if zkSource != nil {
 		g.Go(func() error { return zkSource.Run(gctx) })
+	}
+	if lease != nil {
+		g.Go(func() error { _ = lease.src.Run(gctx); return nil })
 	}
 	if sec.policy != nil {
 		g.Go(func() error { return sec.policy.Run(gctx) })

@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"strings"
 
+	goredis "github.com/redis/go-redis/v9"
+
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -304,6 +306,30 @@ type plan struct {
 	// token, number of written keys, MaxValueBytes, MaxReplyBytes, then
 	// per command: argc, upper-case name, args...
 	args []any
+	// lease is set for a lease fence's write: it runs leaseScript.
+	lease bool
+}
+
+func (p *plan) script() *goredis.Script {
+	if p.lease {
+		return leaseScript
+	}
+	return script
+}
+
+// withLease makes p a write of a lease fence: its lease and counter keys
+// go last in KEYS, for leaseCheck. A command naming either is refused: a
+// client must not take or end a lease through fencegate.
+func (p *plan) withLease(fence string, t tokens.Token, lk LeaseKeys) *tokens.RefusalError {
+	for _, k := range p.keys[1:] {
+		if k == lk.Lease || k == lk.Counter {
+			return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t,
+				"key %q is the fence's lease (see --redis-lease-key, --redis-lease-counter); it is not written through fencegate", k)
+		}
+	}
+	p.keys = append(p.keys, lk.Lease, lk.Counter)
+	p.lease = true
+	return nil
 }
 
 // Positions in plan.args and the script's ARGV (1-based there).

@@ -53,6 +53,20 @@ type Config struct {
 	// an empty Username with a Password is the default user, requirepass).
 	Username string
 	Password string
+	// Leases, when set, names the lease keys of the fences whose terms
+	// come from a lease held in this same Redis (--term-sources=...=
+	// redis-lease): their writes check the lease in the fenced script
+	// itself (see Exec). ok false for every other fence, whose writes are
+	// unchanged. It is called on every write, so it must be cheap; it
+	// comes from configuration, never from a client.
+	Leases func(fence string) (keys LeaseKeys, ok bool)
+}
+
+// LeaseKeys are a lease fence's keys: the lease (SET NX PX by its holder)
+// and the counter (INCR on each acquisition: the token). Commands may not
+// name either.
+type LeaseKeys struct {
+	Lease, Counter string
 }
 
 // Limits of the size fields.

@@ -50,6 +50,13 @@
 //     works unchanged on Redis Cluster.
 //   - Keys starting with "fencegate:" are reserved: a command naming one is
 //     refused with INVALID_REQUEST, so a write cannot move a fence.
+//   - Lease fences (Config.Leases: fences whose terms come from a Redis
+//     lease in this same server, election/redislease) run the same script
+//     with a lease check first, in the same script run: the token must be
+//     the lease counter's value (below it STALE_TOKEN; above it, or no
+//     counter, UNKNOWN_TERM) and the lease key must exist (else
+//     TERM_ENDED). Commands may not name the lease or counter key
+//     (INVALID_REQUEST). Other fences' scripts are unchanged.
 //   - Only database 0: SELECT, MOVE, SWAPDB, MIGRATE and COPY's DB option
 //     are refused with COMMAND_NOT_ALLOWED, and Config.Allow cannot enable
 //     them (Validate says so), because the rollback covers this database

@@ -40,6 +40,11 @@ import (
 // unknown outcome.
 func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [][]string) ([]any, error) {
 	p, r := b.check(fence, t, TokenKey(fence), cmds)
+	if r == nil && b.cfg.Leases != nil {
+		if lk, ok := b.cfg.Leases(fence); ok {
+			r = p.withLease(fence, t, lk)
+		}
+	}
 	if r != nil {
 		return nil, r
 	}
@@ -78,14 +83,14 @@ func (b *Backend) runBatch(calls []*call) {
 	defer cancel()
 	if len(calls) == 1 {
 		c := calls[0]
-		c.res, c.err = script.Run(ctx, b.client, c.plan.keys, c.plan.args...).Result()
+		c.res, c.err = c.plan.script().Run(ctx, b.client, c.plan.keys, c.plan.args...).Result()
 		c.Finish()
 		return
 	}
 	pipe := b.client.Pipeline()
 	cmds := make([]*goredis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = script.EvalSha(ctx, pipe, c.plan.keys, c.plan.args...)
+		cmds[i] = c.plan.script().EvalSha(ctx, pipe, c.plan.keys, c.plan.args...)
 	}
 	// Each command carries its own error; Exec's is the first of them.
 	_, _ = pipe.Exec(ctx)
@@ -101,7 +106,7 @@ func (b *Backend) runBatch(calls []*call) {
 		c.Finish()
 	}
 	for _, c := range lost {
-		c.res, c.err = script.Eval(ctx, b.client, c.plan.keys, c.plan.args...).Result()
+		c.res, c.err = c.plan.script().Eval(ctx, b.client, c.plan.keys, c.plan.args...).Result()
 		c.Finish()
 	}
 }
@@ -171,6 +176,20 @@ func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, er
 			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "exact integers",
 				"the reply is an integer beyond ±2^53, which cannot pass exactly through the script (rolled back)")
 		}
+	case marker == replyLeaseStale && len(reply) == 2:
+		r := tokens.Refuse(tokens.ReasonStaleToken, fence, t, "token %d is below the current term %v", t, reply[1])
+		r.Term = parseToken(reply[1])
+		return nil, r
+	case marker == replyLeaseUnknown && len(reply) == 2:
+		r := tokens.Refuse(tokens.ReasonUnknownTerm, fence, t, "no leader of election %q ever held term %d", fence, t)
+		r.Term = parseToken(reply[1])
+		return nil, r
+	case marker == replyLeaseEnded && len(reply) == 2:
+		return nil, tokens.Refuse(tokens.ReasonTermEnded, fence, t, "term %d of election %q is over and no leader holds it", t, fence)
+	case marker == replyLeaseCorrupt && len(reply) == 2:
+		lk, _ := b.cfg.Leases(fence)
+		return nil, tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t,
+			"key %s on %s holds %q, not a token; nothing written", lk.Counter, b.addr, reply[1])
 	case marker == replyCorrupt && len(reply) == 2:
 		return nil, tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t,
 			"key %s on %s holds %q, not a token; nothing written", TokenKey(fence), b.addr, reply[1])

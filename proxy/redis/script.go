@@ -9,6 +9,12 @@ const (
 	replyFailed  = 2 // {2, command index, error text}: rolled back
 	replyCorrupt = 3 // {3, stored value}: the token key holds no token
 	replyLimit   = 4 // {4, command index, limit, bytes}: rolled back
+
+	// The lease check's (leaseScript), before anything is written.
+	replyLeaseStale   = 5 // {5, counter}: a later lease holder's token exists
+	replyLeaseUnknown = 6 // {6, counter or nil}: the token was never handed out
+	replyLeaseEnded   = 7 // {7, counter}: the token's lease is gone
+	replyLeaseCorrupt = 8 // {8, stored value}: the counter holds no token
 )
 
 // Limits the script enforces, named in a replyLimit reply.
@@ -161,6 +167,51 @@ end
 return out
 `
 
+// leaseCheck leads leaseScript, the fenced write of a fence whose terms
+// come from a lease in this same Redis (election/redislease): the last
+// two KEYS are its lease key and its counter key. Before anything else,
+// and in the same script run as the write, the token must be the
+// counter's current value (below: STALE_TOKEN; above, or no counter:
+// UNKNOWN_TERM) and the lease key must exist (else TERM_ENDED: the lease
+// expired or was released). Then the high-water rule and the write, as
+// for any fence.
+const leaseCheck = `local counter = redis.call('GET', KEYS[#KEYS])
+if not counter then
+  return {6, false}
+end
+if #counter > 20 or not string.match(counter, '^[1-9][0-9]*$') then
+  return {8, string.sub(counter, 1, 64)}
+end
+do
+  local token = ARGV[1]
+  local cmp = #token - #counter
+  if cmp == 0 then
+    for i = 1, #token do
+      local a, b = string.byte(token, i), string.byte(counter, i)
+      if a ~= b then
+        cmp = a - b
+        break
+      end
+    end
+  end
+  if cmp < 0 then
+    return {5, counter}
+  elseif cmp > 0 then
+    return {6, counter}
+  end
+end
+if redis.call('EXISTS', KEYS[#KEYS - 1]) == 0 then
+  return {7, counter}
+end
+`
+
+// shebang starts both scripts.
+const shebang = "#!lua\n"
+
 // script is run by SHA (EVALSHA), falling back to EVAL when the server
 // does not have it (after a restart or SCRIPT FLUSH).
 var script = goredis.NewScript(fenceScript)
+
+// leaseScript is fenceScript with leaseCheck first; a fence of another
+// source never runs it.
+var leaseScript = goredis.NewScript(shebang + leaseCheck + fenceScript[len(shebang):])

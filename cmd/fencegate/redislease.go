@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/redislease"
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/redis"
+)
+
+// redisLeaseConfig is where the redis-lease term source reads leases.
+type redisLeaseConfig struct {
+	// Addr is the Redis holding the leases; empty: --redis-addr's.
+	Addr           string
+	KeyPattern     string
+	CounterPattern string
+}
+
+func (c *redisLeaseConfig) register(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "redis-lease-addr", c.Addr, "Redis host:port holding the leases of fences routed to redis-lease (default: --redis-addr's; same credentials and TLS)")
+	fs.StringVar(&c.KeyPattern, "redis-lease-key", c.KeyPattern, "`pattern` of a redis-lease fence's lease key (SET key id NX PX ttl), %s the fence name")
+	fs.StringVar(&c.CounterPattern, "redis-lease-counter", c.CounterPattern, "`pattern` of a redis-lease fence's counter key (INCR on each acquisition: the token), %s the fence name")
+}
+
+func (c *redisLeaseConfig) validate() error {
+	if err := redislease.ValidatePattern("--redis-lease-key", c.KeyPattern); err != nil {
+		return err
+	}
+	if err := redislease.ValidatePattern("--redis-lease-counter", c.CounterPattern); err != nil {
+		return err
+	}
+	if c.KeyPattern == c.CounterPattern {
+		return fmt.Errorf("--redis-lease-key and --redis-lease-counter are both %q", c.KeyPattern)
+	}
+	return nil
+}
+
+// routesKind reports whether a route names kind.
+func routesKind(routes []election.Route, kind string) bool {
+	return slices.ContainsFunc(routes, func(r election.Route) bool { return r.Kind == kind })
+}
+
+// redisLease is the redis-lease source as serve wires it.
+type redisLease struct {
+	src    *redislease.Source
+	client *goredis.Client
+	addr   string
+	// sameRedis: the leases are in the Redis backend's own Redis, so its
+	// script checks them.
+	sameRedis bool
+	// kindOf names a fence's source; set once the router is made, before
+	// any write.
+	kindOf func(fence string) string
+}
+
+// openRedisLease connects to the leases' Redis (the backend's when
+// --redis-lease-addr is not set) with the backend's credentials and TLS,
+// and checks it answers.
+func openRedisLease(ctx context.Context, cfg serveConfig, log *slog.Logger) (*redisLease, error) {
+	addr := cfg.RedisLease.Addr
+	if addr == "" {
+		addr = cfg.RedisAddr
+	}
+	if addr == "" {
+		return nil, fmt.Errorf("--term-sources routes fences to %s: set --redis-lease-addr or --redis-addr", election.SourceRedisLease)
+	}
+	if err := cfg.Deps.applyRedis(&cfg.Redis); err != nil {
+		return nil, err
+	}
+	client := goredis.NewClient(&goredis.Options{
+		Addr: addr, Protocol: 2, MaxRetries: -1,
+		DialTimeout: cfg.Redis.DialTimeout, ReadTimeout: cfg.Redis.ReadTimeout, WriteTimeout: cfg.Redis.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		TLSConfig:             cfg.Redis.TLS, Username: cfg.Redis.Username, Password: cfg.Redis.Password,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+	pctx, cancel := context.WithTimeout(ctx, cfg.Redis.DialTimeout)
+	defer cancel()
+	if err := client.Ping(pctx).Err(); err != nil {
+		_ = client.Close()
+		return nil, fmt.Errorf("redis-lease: cannot reach %s: %w", addr, err)
+	}
+	src, err := redislease.New(client, redislease.Config{
+		KeyPattern: cfg.RedisLease.KeyPattern, CounterPattern: cfg.RedisLease.CounterPattern, Logger: log,
+	})
+	if err != nil {
+		_ = client.Close()
+		return nil, err
+	}
+	return &redisLease{src: src, client: client, addr: addr, sameRedis: addr == cfg.RedisAddr}, nil
+}
+
+func (l *redisLease) isLease(fence string) bool {
+	return l.kindOf != nil && l.kindOf(fence) == election.SourceRedisLease
+}
+
+// leases names the lease keys of a fence the Redis backend checks in its
+// script; nil when the leases are in another Redis.
+func (l *redisLease) leases() func(string) (redis.LeaseKeys, bool) {
+	if !l.sameRedis {
+		return nil
+	}
+	return func(fence string) (redis.LeaseKeys, bool) {
+		if !l.isLease(fence) {
+			return redis.LeaseKeys{}, false
+		}
+		k := l.src.Keys(fence)
+		return redis.LeaseKeys{Lease: k.Lease, Counter: k.Counter}, true
+	}
+}
+
+// readBeforeUse: every other write to a lease fence reads the lease first.
+func (l *redisLease) readBeforeUse(backend, fence string) bool {
+	if !l.isLease(fence) {
+		return false
+	}
+	return backend == proxy.BackendPostgres || !l.sameRedis
+}

@@ -1,0 +1,279 @@
+package redislease
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/fencegate/fencegate/election"
+)
+
+// Defaults of Config.
+const (
+	DefaultKeyPattern     = "lease:%s"
+	DefaultCounterPattern = "lease:%s:token"
+	DefaultPollInterval   = time.Second
+	// DefaultMaxFences bounds the fences Run polls.
+	DefaultMaxFences = 10000
+)
+
+// Config configures a Source. Zero fields take the defaults above.
+type Config struct {
+	// KeyPattern names fence F's lease key, CounterPattern its counter:
+	// each holds exactly one %s, replaced by F. A hash tag in a pattern,
+	// if any, must be {%s}, so that no other fence's client can name the
+	// key through fencegate (see ValidatePattern).
+	KeyPattern     string
+	CounterPattern string
+	// PollInterval is how often Run re-reads the fences it knows.
+	PollInterval time.Duration
+	// MaxFences bounds the fences Run polls (memory and Redis load);
+	// past it, new fences are answered by Verify but not polled.
+	MaxFences int
+	// Logger receives poll failures and term changes. Nil discards them.
+	Logger *slog.Logger
+}
+
+// ValidatePattern checks a key pattern: exactly one %s and no other
+// verb, and a hash tag, if the key has one, that is the fence's own
+// {%s}. The error names what is wrong, prefixed by what.
+func ValidatePattern(what, pattern string) error {
+	if strings.Count(pattern, "%s") != 1 || strings.Count(pattern, "%") != 1 {
+		return fmt.Errorf("redislease: %s %q: want exactly one %%s (the fence name) and no other %%", what, pattern)
+	}
+	if i := strings.IndexByte(pattern, '{'); i >= 0 {
+		j := strings.IndexByte(pattern[i:], '}')
+		if j >= 0 && j > 1 && pattern[i:i+j+1] != "{%s}" {
+			return fmt.Errorf("redislease: %s %q: its hash tag must be {%%s}, the fence's own, or another fence's clients could name the key", what, pattern)
+		}
+	}
+	return nil
+}
+
+// Keys are a fence's lease key and counter key.
+type Keys struct {
+	Lease, Counter string
+}
+
+// Source is the redis-lease term source. It is safe for concurrent use.
+type Source struct {
+	client     goredis.UniversalClient
+	keyPat     string
+	counterPat string
+	interval   time.Duration
+	maxFences  int
+	log        *slog.Logger
+
+	mu    sync.RWMutex
+	terms map[string]election.Term // fences polled, guarded by mu
+	keys  map[string]Keys          // of the fences polled, guarded by mu
+}
+
+// New returns a Source reading leases through client, which it does not
+// close. It does not contact Redis; Verify and Run do.
+func New(client goredis.UniversalClient, cfg Config) (*Source, error) {
+	if client == nil {
+		return nil, errors.New("redislease: nil Redis client")
+	}
+	if cfg.KeyPattern == "" {
+		cfg.KeyPattern = DefaultKeyPattern
+	}
+	if cfg.CounterPattern == "" {
+		cfg.CounterPattern = DefaultCounterPattern
+	}
+	if err := ValidatePattern("key pattern", cfg.KeyPattern); err != nil {
+		return nil, err
+	}
+	if err := ValidatePattern("counter pattern", cfg.CounterPattern); err != nil {
+		return nil, err
+	}
+	if cfg.KeyPattern == cfg.CounterPattern {
+		return nil, fmt.Errorf("redislease: the key and counter patterns are both %q", cfg.KeyPattern)
+	}
+	switch {
+	case cfg.PollInterval < 0:
+		return nil, fmt.Errorf("redislease: negative PollInterval %v", cfg.PollInterval)
+	case cfg.PollInterval == 0:
+		cfg.PollInterval = DefaultPollInterval
+	}
+	switch {
+	case cfg.MaxFences < 0:
+		return nil, fmt.Errorf("redislease: negative MaxFences %d", cfg.MaxFences)
+	case cfg.MaxFences == 0:
+		cfg.MaxFences = DefaultMaxFences
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	return &Source{
+		client: client, keyPat: cfg.KeyPattern, counterPat: cfg.CounterPattern,
+		interval: cfg.PollInterval, maxFences: cfg.MaxFences, log: cfg.Logger,
+		terms: map[string]election.Term{}, keys: map[string]Keys{},
+	}, nil
+}
+
+// Keys are fence's lease and counter keys. Those of a fence polled are
+// kept: no allocation on the write path.
+func (s *Source) Keys(fence string) Keys {
+	s.mu.RLock()
+	k, ok := s.keys[fence]
+	s.mu.RUnlock()
+	if ok {
+		return k
+	}
+	return Keys{Lease: fmt.Sprintf(s.keyPat, fence), Counter: fmt.Sprintf(s.counterPat, fence)}
+}
+
+// Term is fence's term as last read; the zero Term for a fence never
+// read. Memory only.
+func (s *Source) Term(name string) election.Term {
+	s.mu.RLock()
+	t, ok := s.terms[name]
+	s.mu.RUnlock()
+	if !ok {
+		return election.Term{Election: name}
+	}
+	return t
+}
+
+// Terms are the terms of the fences polled, by name.
+func (s *Source) Terms() []election.Term {
+	s.mu.RLock()
+	out := make([]election.Term, 0, len(s.terms))
+	for _, t := range s.terms {
+		out = append(out, t)
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b election.Term) int { return strings.Compare(a.Election, b.Election) })
+	return out
+}
+
+// readScript reads a fence's lease and counter at one moment: both GETs
+// in one script run. (MULTI/EXEC would do, but not inside a pipeline.)
+const readScript = `return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2])}`
+
+// Verify reads fence name's lease and counter now, in one script run.
+// held reports whether token was ever handed out: at most the counter.
+// An error means Redis did not answer, or the counter holds no token.
+func (s *Source) Verify(ctx context.Context, name string, token int64) (election.Term, bool, error) {
+	k := s.Keys(name)
+	res, err := s.client.Eval(ctx, readScript, []string{k.Lease, k.Counter}).Result()
+	if err != nil {
+		return election.Term{Election: name}, false, fmt.Errorf("redislease: read the lease of %q: %w", name, err)
+	}
+	t, err := s.fold(name, k, res)
+	if err != nil {
+		return election.Term{Election: name}, false, err
+	}
+	return t, t.Last > 0 && token <= t.Last, nil
+}
+
+// fold turns readScript's reply into the fence's term, and records it
+// when a counter exists.
+func (s *Source) fold(name string, k Keys, res any) (election.Term, error) {
+	pair, ok := res.([]any)
+	if !ok || len(pair) != 2 {
+		return election.Term{}, fmt.Errorf("redislease: unexpected reply %.100v reading %s and %s", res, k.Lease, k.Counter)
+	}
+	if pair[1] == nil {
+		// No term was ever handed out; nothing to poll.
+		return election.Term{Election: name}, nil
+	}
+	raw, _ := pair[1].(string)
+	n, err := strconv.ParseInt(raw, 10, 64)
+	if err != nil || n < 1 {
+		return election.Term{}, fmt.Errorf("redislease: %s holds %.32q, not a token", k.Counter, raw)
+	}
+	t := election.Term{Election: name, Last: n}
+	if holder, ok := pair[0].(string); ok {
+		t.Rev, t.Leader = n, holder
+	}
+	return s.record(t), nil
+}
+
+// record stores t as name's term unless memory already knows a later
+// counter (reads may finish out of order), and returns what memory holds.
+func (s *Source) record(t election.Term) election.Term {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old, ok := s.terms[t.Election]
+	if !ok {
+		if len(s.terms) >= s.maxFences {
+			return t
+		}
+		s.keys[t.Election] = Keys{Lease: fmt.Sprintf(s.keyPat, t.Election), Counter: fmt.Sprintf(s.counterPat, t.Election)}
+	}
+	if ok && old.Last > t.Last {
+		return old
+	}
+	if old.Rev != t.Rev || old.Leader != t.Leader {
+		t.Changes = old.Changes + 1
+		s.log.Info("term changed", "election", t.Election, "term", t.Rev, "leader", t.Leader,
+			"previous_term", old.Rev, "has_leader", t.HasLeader(), "source", election.SourceRedisLease)
+	} else {
+		t.Changes = old.Changes
+	}
+	s.terms[t.Election] = t
+	return t
+}
+
+// Run polls the known fences every PollInterval until ctx ends, and
+// returns ctx's error. A failed poll is logged and retried next interval.
+func (s *Source) Run(ctx context.Context) error {
+	tick := time.NewTicker(s.interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+		}
+		if err := s.Poll(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("redis-lease poll failed", "err", err)
+		}
+	}
+}
+
+// Poll re-reads every known fence's lease and counter once, in one
+// pipeline.
+func (s *Source) Poll(ctx context.Context) error {
+	s.mu.RLock()
+	names := make([]string, 0, len(s.terms))
+	for name := range s.terms {
+		names = append(names, name)
+	}
+	s.mu.RUnlock()
+	if len(names) == 0 {
+		return nil
+	}
+	keys := make([]Keys, len(names))
+	cmds := make([]*goredis.Cmd, len(names))
+	pctx, cancel := context.WithTimeout(ctx, max(s.interval, time.Second))
+	defer cancel()
+	_, err := s.client.Pipelined(pctx, func(p goredis.Pipeliner) error {
+		for i, name := range names {
+			keys[i] = s.Keys(name)
+			cmds[i] = p.Eval(pctx, readScript, []string{keys[i].Lease, keys[i].Counter})
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("redislease: poll: %w", err)
+	}
+	var first error
+	for i, name := range names {
+		if _, err := s.fold(name, keys[i], cmds[i].Val()); err != nil && first == nil {
+			first = err
+		}
+	}
+	return first
+}

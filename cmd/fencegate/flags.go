@@ -11,8 +11,8 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/election"
-	"github.com/fencegate/fencegate/election/zookeeper"
 	"github.com/fencegate/fencegate/election/redislease"
+	"github.com/fencegate/fencegate/election/zookeeper"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"

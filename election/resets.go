@@ -11,6 +11,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/metadata"
 )
 
 // DefaultResetPrefix is where fence resets are published in etcd.
@@ -70,7 +71,10 @@ func (r *Resets) Start(ctx context.Context, lower func(fence string, mark int64)
 func (r *Resets) watch(ctx context.Context, rev int64, lower func(fence string, mark int64)) {
 	for ctx.Err() == nil {
 		opts := []clientv3.OpOption{clientv3.WithPrefix(), clientv3.WithFilterDelete(), clientv3.WithRev(rev + 1)}
-		wctx := clientv3.WithRequireLeader(ctx)
+		// A watch stream of its own: one starting above the store's
+		// revision would hold back etcd's answers to the election
+		// watcher's progress requests on a shared stream.
+		wctx := metadata.AppendToOutgoingContext(clientv3.WithRequireLeader(ctx), "fencegate-watch", "resets")
 		for resp := range r.cli.Watch(wctx, r.prefix, opts...) {
 			if err := resp.Err(); err != nil {
 				if errors.Is(err, context.Canceled) {

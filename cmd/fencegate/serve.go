@@ -224,10 +224,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 	})
 	if err != nil {
-		stopResets()
-		return fmt.Errorf("etcd: watch fence resets: %w", err)
+		// Least privilege may leave fencegate read access to the
+		// elections only: resets then lower the replica that served them.
+		log.Warn("fence resets made on other replicas will not reach this one (grant fencegate readwrite on the prefix "+election.DefaultResetPrefix+")", "err", err)
+		resetsDone = nil
 	}
-	defer func() { stopResets(); <-resetsDone }()
+	defer func() {
+		stopResets()
+		if resetsDone != nil {
+			<-resetsDone
+		}
+	}()
 	srv := api.NewServer(gw, cfg.MaxBodyBytes)
 
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)

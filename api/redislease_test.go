@@ -122,7 +122,8 @@ func TestRedisLeaseSource(t *testing.T) {
 	for _, p := range []path{
 		{"redis, lease in the same Redis: checked in the script", same, sameLease, sameSrc, redisWrite, redisStored},
 		{"redis, lease in another Redis: read before use", apart, apartLease, apartSrc, redisWrite, redisStored},
-		{"postgres: read before use", same, sameLease, sameSrc,
+		{
+			"postgres: read before use", same, sameLease, sameSrc,
 			func(r *replica, fence string, token int64) httpReply {
 				return execHTTP(t, r, fence, token, insert(table, fence, token))
 			},
@@ -132,7 +133,8 @@ func TestRedisLeaseSource(t *testing.T) {
 					t.Fatal(err)
 				}
 				return n
-			}},
+			},
+		},
 	} {
 		t.Run(p.name, func(t *testing.T) {
 			fence := "lease-" + fenceName(t)
@@ -209,7 +211,7 @@ func TestRedisLeaseReadBeforeUseNotLimited(t *testing.T) {
 	r := startReplicaWith(t, replicaConfig{
 		watch: true, proxy: pc, http: api.DefaultHTTPServerConfig(), routes: routes,
 		others:        map[string]election.Source{election.SourceRedisLease: src},
-		readBeforeUse: func(backend, fence string) bool { return backend == proxy.BackendPostgres },
+		readBeforeUse: func(backend, _ string) bool { return backend == proxy.BackendPostgres },
 	})
 	pgc := db(t)
 	table := ledgerTable(t, pgc)

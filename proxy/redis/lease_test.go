@@ -2,6 +2,7 @@ package redis
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -143,8 +144,9 @@ func TestLeaseCorruptCounter(t *testing.T) {
 	}
 }
 
-// TestLeaseBatched: lease writes and plain ones coalesced in one
-// pipeline each run their own script.
+// TestLeaseBatched: lease writes and plain ones sent at once through one
+// connection slot, so that most share a pipeline, each run their own
+// script with their own outcome.
 func TestLeaseBatched(t *testing.T) {
 	ctx := t.Context()
 	cfg := DefaultConfig()
@@ -159,7 +161,7 @@ func TestLeaseBatched(t *testing.T) {
 	fence, plain := unique("lease"), unique("plain")
 	lk, _ := leaseKeys(fence)
 	tok := acquire(t, c, lk, "a", time.Minute)
-	errs := make(chan error, 40)
+	errs := make(chan string, 40)
 	for i := range 40 {
 		go func() {
 			f, tk, want := plain, tokens.Token(1), error(nil)
@@ -170,16 +172,16 @@ func TestLeaseBatched(t *testing.T) {
 				f, tk, want = fence, tok+1, tokens.ErrUnknownTerm
 			}
 			_, err := b.Exec(ctx, f, tk, [][]string{{"INCR", key(f, "n")}})
-			if !errors.Is(err, want) && !(want == nil && err == nil) {
-				errs <- err
+			if (want == nil) != (err == nil) || !errors.Is(err, want) {
+				errs <- fmt.Sprintf("%s, token %d: got %v, want %v", f, tk, err, want)
 				return
 			}
-			errs <- nil
+			errs <- ""
 		}()
 	}
 	for range 40 {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
+		if msg := <-errs; msg != "" {
+			t.Fatal(msg)
 		}
 	}
 	if n, _ := c.Get(ctx, key(fence, "n")).Int(); n != 14 {

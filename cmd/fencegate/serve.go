@@ -31,6 +31,7 @@ import (
 	"github.com/fencegate/fencegate/api/pgwire"
 	"github.com/fencegate/fencegate/api/resp"
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/pgterm"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/coalesce"
 	"github.com/fencegate/fencegate/proxy/policy"
@@ -95,11 +96,32 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	}
 	defer sec.close()
 
-	etcd, err := dialEtcd(ctx, cfg)
-	if err != nil {
-		return err
+	var etcd *clientv3.Client
+	if !cfg.withoutEtcd() {
+		etcd, err = dialEtcd(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
 	}
-	defer etcd.Close()
+	// The postgres-term source and the check its fences' writes run in
+	// the database; both are set before anything is served.
+	var (
+		pgTerms   *pgterm.Source
+		termCheck postgres.TermCheck
+		router    *election.Router
+	)
+	if cfg.routesTo(election.SourcePostgresTerm) {
+		if cfg.PostgresDSN == "" {
+			return errors.New("--term-sources routes fences to postgres-term, which needs --postgres-dsn: the database of the advisory locks and the term table")
+		}
+		cfg.Postgres.TermCheck = func(fence string) (postgres.TermCheck, bool) {
+			if router.KindOf(fence) == election.SourcePostgresTerm {
+				return termCheck, true
+			}
+			return postgres.TermCheck{}, false
+		}
+	}
 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := proxy.Options{Logger: log, Registerer: reg, Protocol: api.ProtocolOf}
@@ -120,6 +142,18 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		opts.Postgres = pg
 		registerBatchMetrics(reg, "postgres", pg.Stats)
+	}
+	if cfg.Postgres.TermCheck != nil {
+		pcfg := cfg.PostgresTerm
+		pcfg.DSN, pcfg.Logger = cfg.PostgresDSN, log
+		pgTerms, err = pgterm.Open(ctx, pcfg)
+		if err != nil {
+			return err
+		}
+		defer pgTerms.Close()
+		if termCheck, err = postgres.NewTermCheck(pgTerms.Table(), pgTerms.LockKey()); err != nil {
+			return err
+		}
 	}
 	if cfg.RedisAddr != "" {
 		if err := cfg.Deps.applyRedis(&cfg.Redis); err != nil {
@@ -153,25 +187,41 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		opts.Audit = sec.audit
 	}
 
-	watcher, err := election.NewWatcher(etcd, election.WatcherConfig{
-		Prefix: cfg.ElectionPrefix,
-		Logger: log,
-		OnChange: func(old, cur election.Term) {
-			log.Info("term changed", "election", cur.Election, "term", cur.Rev, "leader", cur.Leader,
-				"previous_term", old.Rev, "has_leader", cur.HasLeader())
-		},
-	})
-	if err != nil {
-		return err
-	}
-
-	opts.Terms = watcher
-	if len(cfg.routes) > 0 {
-		r, err := election.NewRouter(watcher, cfg.routes, nil)
+	var watcher *election.Watcher
+	var etcdSource election.Source // nil without etcd: a nil *Watcher is not
+	if etcd != nil {
+		watcher, err = election.NewWatcher(etcd, election.WatcherConfig{
+			Prefix: cfg.ElectionPrefix,
+			Logger: log,
+			OnChange: func(old, cur election.Term) {
+				log.Info("term changed", "election", cur.Election, "term", cur.Rev, "leader", cur.Leader,
+					"previous_term", old.Rev, "has_leader", cur.HasLeader())
+			},
+		})
 		if err != nil {
 			return err
 		}
-		opts.Terms = r
+		etcdSource = watcher
+		opts.Terms = watcher
+	}
+	if len(cfg.routes) > 0 || watcher == nil {
+		others := map[string]election.Source{}
+		if pgTerms != nil {
+			others[election.SourcePostgresTerm] = pgTerms
+		}
+		router, err = election.NewRouter(etcdSource, cfg.routes, others)
+		if err != nil {
+			return err
+		}
+		opts.Terms = router
+	}
+	if pgTerms != nil {
+		opts.RedisRefuses = func(fence string) string {
+			if router.KindOf(fence) == election.SourcePostgresTerm {
+				return "fence " + fence + " takes its terms from postgres-term, which only PostgreSQL writes can check in the write itself: write to Redis under a fence of another source"
+			}
+			return ""
+		}
 	}
 	gw, err := proxy.New(cfg.Proxy, opts)
 	if err != nil {
@@ -198,6 +248,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			Insecure:     cfg.Insecure,
 			MaxFenceName: cfg.Proxy.MaxFenceName,
 			Logger:       log,
+			TermCheck:    cfg.Postgres.TermCheck,
 		})
 		if err == nil {
 			pgLis, err = net.Listen("tcp", cfg.PgListenAddr)
@@ -253,11 +304,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	ready := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if !watcher.Synced() {
-			return errors.New("election watch not synced with etcd")
-		}
-		if _, err := etcd.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
-			return fmt.Errorf("etcd: %w", err)
+		if watcher != nil {
+			if !watcher.Synced() {
+				return errors.New("election watch not synced with etcd")
+			}
+			if _, err := etcd.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
+				return fmt.Errorf("etcd: %w", err)
+			}
 		}
 		return gw.Ready(ctx)
 	}
@@ -311,7 +364,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	if metricsLis != nil {
 		metricsAddr = serveMetricsAddr(gctx, g, metricsLis, api.OpsHandler(opsCfg))
 	}
-	g.Go(func() error { return watcher.Run(gctx) })
+	if watcher != nil {
+		g.Go(func() error { return watcher.Run(gctx) })
+	}
+	if pgTerms != nil {
+		g.Go(func() error { return pgTerms.Run(gctx) })
+	}
 	if sec.policy != nil {
 		g.Go(func() error { return sec.policy.Run(gctx) })
 	}
@@ -402,7 +460,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		redisListen = redisLis.Addr().String()
 	}
 	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "pg", pgAddr, "resp", redisListen, "metrics", metricsAddr,
-		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix, "term_sources", cfg.TermSources,
+		"etcd", etcdLogValue(cfg), "election_prefix", cfg.ElectionPrefix, "term_sources", cfg.TermSources,
 		"postgres", opts.Postgres != nil, "redis", opts.Redis != nil, "tls", sec.tls != nil,
 		"authentication", opts.AuthRequired, "policy", cfg.Security.PolicyFile, "policy_mode", cfg.Security.PolicyMode,
 		"version", version())
@@ -414,6 +472,14 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		err = nil
 	}
 	return err
+}
+
+// etcdLogValue is what the start line says of etcd.
+func etcdLogValue(cfg serveConfig) string {
+	if cfg.withoutEtcd() {
+		return "none: running without etcd, fences --term-sources does not route have no term (UNKNOWN_TERM)"
+	}
+	return cfg.EtcdEndpoints
 }
 
 // dialEtcd connects to etcd and checks it answers, so a wrong endpoint is

@@ -130,6 +130,7 @@ func refusalOf(host, fence string, t tokens.Token, role string, at int, err erro
 			}
 			r.Metadata = nil
 			r.Msg = pgErr.Message
+			r.Err = nil // the message says it all; not twice
 		case pgErr.Code == migrations.StaleSQLState:
 			r.Reason = tokens.ReasonStaleToken
 			r.HighWater = parseHighWater(pgErr.Detail)

@@ -136,16 +136,17 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 // resolve finds table and checks fencegate_owner's rights on it.
 func (s *Source) resolve(ctx context.Context, table string) error {
 	var qualified string
-	var sel, upd, owner bool
+	var sel, upd, owner, login bool
 	err := s.pool.QueryRow(ctx, `
 SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
        EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner'),
        CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner')
             THEN pg_catalog.has_table_privilege('fencegate_owner', c.oid, 'SELECT') END,
        CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner')
-            THEN pg_catalog.has_any_column_privilege('fencegate_owner', c.oid, 'UPDATE') END
+            THEN pg_catalog.has_any_column_privilege('fencegate_owner', c.oid, 'UPDATE') END,
+       pg_catalog.has_table_privilege(c.oid, 'SELECT')
   FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
- WHERE c.oid = pg_catalog.to_regclass($1)`, table).Scan(&qualified, &owner, &sel, &upd)
+ WHERE c.oid = pg_catalog.to_regclass($1)`, table).Scan(&qualified, &owner, &sel, &upd, &login)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("pgterm: term table %q does not exist: create it (CREATE TABLE %s (name text PRIMARY KEY, term bigint NOT NULL)) or name it with --postgres-term-table", table, table)
@@ -155,6 +156,9 @@ SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
 		return errors.New("pgterm: role fencegate_owner does not exist: run fencegate migrate first")
 	case !sel || !upd:
 		return fmt.Errorf("pgterm: fencegate_owner may not read and lock the rows of %s: GRANT SELECT, UPDATE (term) ON %s TO fencegate_owner", qualified, qualified)
+	case !login:
+		// The source reads the terms as fencegate's login.
+		return fmt.Errorf("pgterm: fencegate's login may not read %s: GRANT SELECT ON %s TO <the role of --postgres-dsn>", qualified, qualified)
 	}
 	s.table = qualified
 	return nil

@@ -46,7 +46,10 @@ func run(m *testing.M) int {
 GRANT SELECT, UPDATE (term) ON leadership_term TO fencegate_owner;
 CREATE SCHEMA elect; CREATE TABLE elect."Terms" (name text PRIMARY KEY, term bigint NOT NULL);
 GRANT USAGE ON SCHEMA elect TO fencegate_test;
-GRANT SELECT ON elect."Terms" TO fencegate_test`)
+GRANT SELECT ON elect."Terms" TO fencegate_test;
+CREATE TABLE hidden (name text PRIMARY KEY, term bigint NOT NULL);
+GRANT SELECT, UPDATE (term) ON hidden TO fencegate_owner;
+REVOKE ALL ON hidden FROM fencegate_test`)
 	_ = conn.Close(ctx)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -187,6 +190,7 @@ func TestOpenErrors(t *testing.T) {
 	}{
 		{pgterm.Config{Table: "nope"}, `term table "nope" does not exist`},
 		{pgterm.Config{Table: `elect."Terms"`}, `fencegate_owner may not read and lock the rows of elect."Terms": GRANT SELECT, UPDATE (term)`},
+		{pgterm.Config{Table: "hidden"}, "fencegate's login may not read public.hidden: GRANT SELECT ON public.hidden TO"},
 		{pgterm.Config{LockKey: "md5"}, `lock key derivation "md5"`},
 		{pgterm.Config{Poll: time.Millisecond}, "poll interval"},
 	} {

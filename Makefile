@@ -19,7 +19,7 @@ ARGS          ?=
 # fencegate's PostgreSQL listener; redis:resp: go-redis through its RESP
 # listener; default grpc+http).
 CHAOS               ?= short
-CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp
+CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp postgres@postgres-term
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
 CHAOS_SHORT_FENCED  ?= 45s

@@ -22,7 +22,7 @@ ARGS          ?=
 # ZooKeeper, the fence routed to the zookeeper term source; redis@redis-lease:
 # the seed's Redis lease, in the data's own Redis).
 CHAOS               ?= short
-CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp postgres@zookeeper redis@redis-lease
+CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp postgres@zookeeper redis@redis-lease postgres@postgres-term
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
 CHAOS_SHORT_FENCED  ?= 45s

@@ -70,6 +70,11 @@ type Options struct {
 	Terms    Terms
 	Postgres SQLBackend
 	Redis    RedisBackend
+	// RedisRefuses, when set, names why Redis writes to a fence are
+	// refused ("" lets them through): a fence whose term source checks
+	// terms only inside PostgreSQL (postgres-term) has no check Redis
+	// could run in the write. Refused with INVALID_REQUEST.
+	RedisRefuses func(fence string) string
 	// Policy, when set, is consulted for every request: anything it does
 	// not allow is refused with NOT_AUTHORIZED (or only logged, with
 	// Config.PolicyShadow).
@@ -103,13 +108,15 @@ type Options struct {
 
 // Gateway is the write pipeline. It is safe for concurrent use.
 type Gateway struct {
-	cfg     Config
-	terms   Terms
-	pg      SQLBackend
-	rd      RedisBackend
-	log     *slog.Logger
-	metrics *Metrics
-	now     func() time.Time
+	cfg   Config
+	terms Terms
+	pg    SQLBackend
+	rd    RedisBackend
+	// redisRefuses is Options.RedisRefuses.
+	redisRefuses func(fence string) string
+	log          *slog.Logger
+	metrics      *Metrics
+	now          func() time.Time
 	// trackers holds each backend's marks apart: what one backend reports
 	// never refuses writes to the other.
 	trackers [len(backends)]tokens.Tracker
@@ -147,7 +154,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		return nil, errors.New("proxy: at least one backend is required")
 	}
 	g := &Gateway{
-		cfg: cfg, terms: opts.Terms, pg: opts.Postgres, rd: opts.Redis, log: opts.Logger, now: opts.Now,
+		cfg: cfg, terms: opts.Terms, pg: opts.Postgres, rd: opts.Redis, redisRefuses: opts.RedisRefuses, log: opts.Logger, now: opts.Now,
 		policy: opts.Policy, authReq: opts.AuthRequired, audit: opts.Audit, protocol: opts.Protocol, resets: opts.Resets,
 		readFirst: opts.ReadBeforeUse,
 		verifies:  newVerifyLimiter(cfg.VerifyRate, cfg.VerifyBurst, cfg.VerifyFences),
@@ -241,6 +248,12 @@ func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]st
 	)
 	gr, err := g.authorize(ctx, policy.ActionRedisWrite, fence)
 	hw := g.auditHighWater(backendRedis, fence)
+	if err == nil && g.redisRefuses != nil {
+		if why := g.redisRefuses(fence); why != "" {
+			t = tokenOf(nil, rawToken)
+			err = tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "%s", why)
+		}
+	}
 	if err == nil {
 		t, term, err = g.admit(ctx, backendRedis, fence, rawToken, len(cmds), start)
 	} else {

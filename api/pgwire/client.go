@@ -213,11 +213,15 @@ func (c *session) query(body, raw []byte) error {
 	// transaction (a BEGIN in it makes that same transaction a block), so
 	// the check is the first statement of the client's transaction.
 	b, sp := beginMsg(c.out[:0], 'Q')
-	b = append(b, "SELECT fencegate.advance('"...)
-	b = append(b, c.fence...) // [A-Za-z0-9._-]: nothing to quote
-	b = append(b, "'::pg_catalog.text, "...)
-	b = strconv.AppendUint(b, uint64(adm.Token()), 10)
-	b = append(b, "::pg_catalog.int8);"...)
+	if c.checkSQL != advanceSQL {
+		b = append(c.term.AppendInline(b, c.fence, uint64(adm.Token())), ';')
+	} else {
+		b = append(b, "SELECT fencegate.advance('"...)
+		b = append(b, c.fence...) // [A-Za-z0-9._-]: nothing to quote
+		b = append(b, "'::pg_catalog.text, "...)
+		b = strconv.AppendUint(b, uint64(adm.Token()), 10)
+		b = append(b, "::pg_catalog.int8);"...)
+	}
 	prefix := len(b) - sp - 5
 	b = append(b, sql...)
 	b = finishMsg(append(b, 0), sp)
@@ -391,7 +395,7 @@ func (c *session) check() error {
 		c.needPrepare = false
 		c.advGen++
 		c.advName = advName(c.advGen)
-		b = appendParse(b, c.advName, advanceSQL)
+		b = appendParse(b, c.advName, c.checkSQL)
 		c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
 	}
 	b = appendBindCheck(b, c.advName, c.fence, uint64(adm.Token()))

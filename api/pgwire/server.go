@@ -34,6 +34,7 @@ import (
 
 	"github.com/fencegate/fencegate/api/internal/listen"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/postgres"
 )
 
 // Config configures a Server.
@@ -57,6 +58,10 @@ type Config struct {
 	StartupTimeout time.Duration
 	// Logger receives connection errors; nil discards them.
 	Logger *slog.Logger
+	// TermCheck, when set, names the fences whose term source is
+	// postgres-term: their sessions' transactions start with that fence
+	// check (fencegate.advance_term) instead of fencegate.advance.
+	TermCheck func(fence string) (postgres.TermCheck, bool)
 }
 
 // Server serves the PostgreSQL protocol in front of one database server.

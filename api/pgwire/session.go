@@ -85,6 +85,8 @@ type session struct {
 	out         []byte
 	advName     string
 	advGen      int
+	term        postgres.TermCheck // the fence's postgres-term check; zero for advance
+	checkSQL    string             // the fence check the session prepares
 	needPrepare bool
 	segStart    bool
 	segStatus   byte // the transaction status the segment started in

@@ -226,6 +226,12 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 	_ = server.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
 	sess := newSession(s, client, server)
 	sess.fence, sess.token, sess.user = fence, token, user
+	sess.checkSQL = advanceSQL
+	if s.cfg.TermCheck != nil {
+		if tc, ok := s.cfg.TermCheck(fence); ok {
+			sess.term, sess.checkSQL = tc, tc.SQL()
+		}
+	}
 	out, err := (&pgproto3.StartupMessage{ProtocolVersion: sm.ProtocolVersion, Parameters: params}).Encode(nil)
 	if err == nil {
 		_, err = server.Write(out)
@@ -477,7 +483,7 @@ func (c *session) afterLogin() error {
 func (c *session) prepare() error {
 	c.advGen = 1
 	c.advName = advName(c.advGen)
-	b := appendParse(c.out[:0], c.advName, advanceSQL)
+	b := appendParse(c.out[:0], c.advName, c.checkSQL)
 	b = appendParse(b, "", roleCheckSQL)
 	b, sp := beginMsg(b, 'B')
 	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // unnamed portal and statement, no formats, no params, no result formats

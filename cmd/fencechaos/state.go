@@ -9,6 +9,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/election"
 	rdproxy "github.com/fencegate/fencegate/proxy/redis"
 )
 
@@ -78,13 +79,17 @@ func (c *campaign) readPostgres(ctx context.Context, st *backendState) error {
 	// fences, rules, extensions, tables (a temporary table ends with its
 	// session, which ended with the replicas), settings kept for a role or
 	// database.
+	ownTables := "'ledger'"
+	if c.cfg.Source == election.SourcePostgresTerm {
+		ownTables += ", 'leadership_term'" // the election's (source_postgres_term.go)
+	}
 	strays := []struct{ sql, what string }{
 		{"SELECT fence || ': ' || count(*) FROM ledger WHERE fence <> ALL($1) GROUP BY fence", "ledger rows of fence"},
 		{"SELECT rulename || ' on ' || schemaname || '.' || tablename FROM pg_rules WHERE schemaname NOT IN ('pg_catalog', 'information_schema')", "rule"},
 		{"SELECT extname FROM pg_extension WHERE extname <> 'plpgsql'", "extension"},
 		{`SELECT n.nspname || '.' || c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
 		  WHERE c.relkind IN ('r', 'v', 'm', 'p', 'f') AND n.nspname NOT IN ('pg_catalog', 'information_schema', 'pg_toast', 'fencegate')
-		    AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast_temp%' AND c.relname <> 'ledger'`, "table"},
+		    AND n.nspname NOT LIKE 'pg_temp%' AND n.nspname NOT LIKE 'pg_toast_temp%' AND c.relname NOT IN (` + ownTables + `)`, "table"},
 		{"SELECT coalesce(setrole::regrole::text, 'every role') || ': ' || array_to_string(setconfig, ', ') FROM pg_db_role_setting", "setting kept for"},
 	}
 	for _, q := range strays {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/pgterm"
 	"github.com/fencegate/fencegate/election/redislease"
 	"github.com/fencegate/fencegate/election/zookeeper"
 	"github.com/fencegate/fencegate/proxy"
@@ -44,6 +45,9 @@ type serveConfig struct {
 	ZooKeeperSessionTimeout time.Duration
 	// RedisLease is where fences routed to redis-lease find their leases.
 	RedisLease redisLeaseConfig
+	// PostgresTerm configures the postgres-term source of the fences
+	// --term-sources routes to it.
+	PostgresTerm pgterm.Config
 	// RedisListenAddr is the RESP (drop-in Redis) listener; off when
 	// empty.
 	RedisListenAddr string
@@ -84,19 +88,23 @@ func defaultServeConfig() serveConfig {
 		Postgres:                postgres.DefaultConfig(),
 		Redis:                   redis.DefaultConfig(),
 		RedisLease:              redisLeaseConfig{KeyPattern: redislease.DefaultKeyPattern, CounterPattern: redislease.DefaultCounterPattern},
+		PostgresTerm:            pgterm.Config{Table: pgterm.DefaultTable, LockKey: pgterm.DefaultLockKey, Poll: pgterm.DefaultPoll},
 	}
 }
 
 // register defines the serve flags on fs, with c's values as defaults.
 func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
-	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client endpoints")
+	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client endpoints; empty runs without etcd (only fences --term-sources routes elsewhere have terms)")
 	fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", c.EtcdDialTimeout, "how long to wait for etcd at start")
 	fs.StringVar(&c.ElectionPrefix, "election-prefix", c.ElectionPrefix, "elections live under `<prefix>`/<name>/")
-	fs.StringVar(&c.TermSources, "term-sources", c.TermSources, "comma-separated `PATTERN=KIND`: the fences PATTERN names (exact, or a prefix ending in *) take their terms from KIND, etcd (the default for every fence), zookeeper (see --zookeeper-servers), redis-lease (a Redis SET NX PX lease with an INCR counter) or monotonic (no election visible: only the high-water rule); see README")
+	fs.StringVar(&c.TermSources, "term-sources", c.TermSources, "comma-separated `PATTERN=KIND`: the fences PATTERN names (exact, or a prefix ending in *) take their terms from KIND, etcd (the default for every fence), zookeeper (see --zookeeper-servers), postgres-term (an advisory lock and a term table in --postgres-dsn's database), redis-lease (a Redis SET NX PX lease with an INCR counter) or monotonic (no election visible: only the high-water rule); see README")
 	fs.StringVar(&c.ZooKeeperServers, "zookeeper-servers", c.ZooKeeperServers, "comma-separated ZooKeeper `host:port`s of the elections --term-sources routes to zookeeper (needed by such a route)")
 	fs.StringVar(&c.ZooKeeperRoot, "zookeeper-election-root", c.ZooKeeperRoot, "ZooKeeper elections are the znodes `<root>`/<name>, their candidates its sequential children (Curator LeaderLatch, kazoo Election or Lock)")
 	fs.DurationVar(&c.ZooKeeperSessionTimeout, "zookeeper-session-timeout", c.ZooKeeperSessionTimeout, "ZooKeeper session timeout fencegate asks for")
 	c.RedisLease.register(fs)
+	fs.StringVar(&c.PostgresTerm.Table, "postgres-term-table", c.PostgresTerm.Table, "postgres-term: the term table (name text primary key, term bigint not null), may be schema-qualified; fencegate_owner needs SELECT, UPDATE (term) on it")
+	fs.StringVar(&c.PostgresTerm.LockKey, "postgres-term-lock-key", c.PostgresTerm.LockKey, "postgres-term: the advisory lock key of election <name>: hashtext (hashtext(name)) or hashtextextended (hashtextextended(name, 0))")
+	fs.DurationVar(&c.PostgresTerm.Poll, "postgres-term-poll", c.PostgresTerm.Poll, "postgres-term: how often the terms of the fences seen are read again (tokens above them are read at once)")
 	if backends {
 		fs.StringVar(&c.PostgresDSN, "postgres-dsn", c.PostgresDSN, "PostgreSQL connection string; enables /sql. Its role must be a member of fencegate_runtime (fencegate migrate --runtime-role), not a superuser")
 		fs.StringVar(&c.PostgresMigrateDSN, "postgres-migrate-dsn", c.PostgresMigrateDSN, "an admin's PostgreSQL connection string to apply fencegate's schema with at start, granting it to --postgres-dsn's role (default: only check that fencegate migrate was run)")
@@ -166,9 +174,6 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 }
 
 func (c *serveConfig) validate() error {
-	if strings.TrimSpace(c.EtcdEndpoints) == "" {
-		return errors.New("--etcd-endpoints is empty")
-	}
 	routes, err := election.ParseRoutes(c.TermSources)
 	if err != nil {
 		return fmt.Errorf("--term-sources: %w", err)
@@ -185,6 +190,16 @@ func (c *serveConfig) validate() error {
 	}
 	if routesKind(routes, election.SourceRedisLease) && c.RedisLease.Addr == "" && c.RedisAddr == "" {
 		return fmt.Errorf("--term-sources routes fences to %s: set --redis-lease-addr or --redis-addr", election.SourceRedisLease)
+	}
+	if c.routesTo(election.SourcePostgresTerm) {
+		switch c.PostgresTerm.LockKey {
+		case postgres.LockKeyHashtext, postgres.LockKeyHashtextExtended:
+		default:
+			return fmt.Errorf("--postgres-term-lock-key=%s: want hashtext or hashtextextended", c.PostgresTerm.LockKey)
+		}
+		if c.PostgresTerm.Poll < 10*time.Millisecond {
+			return fmt.Errorf("--postgres-term-poll=%v: want at least 10ms", c.PostgresTerm.Poll)
+		}
 	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)
@@ -214,7 +229,7 @@ func (c *serveConfig) validate() error {
 	return nil
 }
 
-// routesTo reports whether a route names source kind.
+// routesTo reports whether --term-sources routes any fence to kind.
 func (c *serveConfig) routesTo(kind string) bool {
 	for _, r := range c.routes {
 		if r.Kind == kind {
@@ -233,6 +248,9 @@ func (c *serveConfig) zooKeeperServers() []string {
 	}
 	return out
 }
+
+// withoutEtcd: --etcd-endpoints is empty, fencegate runs without etcd.
+func (c *serveConfig) withoutEtcd() bool { return len(c.endpoints()) == 0 }
 
 func (c *serveConfig) endpoints() []string {
 	var out []string

@@ -31,6 +31,7 @@ import (
 	"github.com/fencegate/fencegate/api/pgwire"
 	"github.com/fencegate/fencegate/api/resp"
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/pgterm"
 	"github.com/fencegate/fencegate/election/zookeeper"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/coalesce"
@@ -97,11 +98,32 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	}
 	defer sec.close()
 
-	etcd, err := dialEtcd(ctx, cfg)
-	if err != nil {
-		return err
+	var etcd *clientv3.Client
+	if !cfg.withoutEtcd() {
+		etcd, err = dialEtcd(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		defer etcd.Close()
 	}
-	defer etcd.Close()
+	// The postgres-term source and the check its fences' writes run in
+	// the database; both are set before anything is served.
+	var (
+		pgTerms   *pgterm.Source
+		termCheck postgres.TermCheck
+		router    *election.Router
+	)
+	if cfg.routesTo(election.SourcePostgresTerm) {
+		if cfg.PostgresDSN == "" {
+			return errors.New("--term-sources routes fences to postgres-term, which needs --postgres-dsn: the database of the advisory locks and the term table")
+		}
+		cfg.Postgres.TermCheck = func(fence string) (postgres.TermCheck, bool) {
+			if router.KindOf(fence) == election.SourcePostgresTerm {
+				return termCheck, true
+			}
+			return postgres.TermCheck{}, false
+		}
+	}
 
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	opts := proxy.Options{Logger: log, Registerer: reg, Protocol: api.ProtocolOf}
@@ -131,6 +153,18 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		opts.Postgres = pg
 		registerBatchMetrics(reg, "postgres", pg.Stats)
+	}
+	if cfg.Postgres.TermCheck != nil {
+		pcfg := cfg.PostgresTerm
+		pcfg.DSN, pcfg.Logger = cfg.PostgresDSN, log
+		pgTerms, err = pgterm.Open(ctx, pcfg)
+		if err != nil {
+			return err
+		}
+		defer pgTerms.Close()
+		if termCheck, err = postgres.NewTermCheck(pgTerms.Table(), pgTerms.LockKey()); err != nil {
+			return err
+		}
 	}
 	if cfg.RedisAddr != "" {
 		if err := cfg.Deps.applyRedis(&cfg.Redis); err != nil {
@@ -168,13 +202,19 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		log.Info("term changed", "election", cur.Election, "term", cur.Rev, "leader", cur.Leader,
 			"previous_term", old.Rev, "has_leader", cur.HasLeader())
 	}
-	watcher, err := election.NewWatcher(etcd, election.WatcherConfig{
-		Prefix:   cfg.ElectionPrefix,
-		Logger:   log,
-		OnChange: termChanged,
-	})
-	if err != nil {
-		return err
+	var watcher *election.Watcher
+	var etcdSource election.Source // nil without etcd: a nil *Watcher is not
+	if etcd != nil {
+		watcher, err = election.NewWatcher(etcd, election.WatcherConfig{
+			Prefix:   cfg.ElectionPrefix,
+			Logger:   log,
+			OnChange: termChanged,
+		})
+		if err != nil {
+			return err
+		}
+		etcdSource = watcher
+		opts.Terms = watcher
 	}
 
 	others := map[string]election.Source{}
@@ -193,48 +233,58 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		defer zkSource.Close()
 		others[election.SourceZooKeeper] = zkSource
 	}
-
-	opts.Terms = watcher
-	if len(cfg.routes) > 0 {
-		if lease != nil {
-			others[election.SourceRedisLease] = lease.src
-		}
-		r, err := election.NewRouter(watcher, cfg.routes, others)
+	if lease != nil {
+		others[election.SourceRedisLease] = lease.src
+	}
+	if pgTerms != nil {
+		others[election.SourcePostgresTerm] = pgTerms
+	}
+	if len(cfg.routes) > 0 || watcher == nil {
+		router, err = election.NewRouter(etcdSource, cfg.routes, others)
 		if err != nil {
 			return err
 		}
-		opts.Terms = r
+		opts.Terms = router
 		if lease != nil {
-			lease.kindOf = r.KindOf
+			lease.kindOf = router.KindOf
 		}
 	}
-	resets := election.NewResets(etcd, "", log)
-	opts.Resets = resets
+	if pgTerms != nil {
+		opts.RedisRefuses = func(fence string) string {
+			if router.KindOf(fence) == election.SourcePostgresTerm {
+				return "fence " + fence + " takes its terms from postgres-term, which only PostgreSQL writes can check in the write itself: write to Redis under a fence of another source"
+			}
+			return ""
+		}
+	}
+	var resets *election.Resets
+	if etcd != nil {
+		resets = election.NewResets(etcd, "", log)
+		opts.Resets = resets
+	}
 	gw, err := proxy.New(cfg.Proxy, opts)
 	if err != nil {
 		return err
 	}
-	// Resets on other replicas lower what this one remembers of a fence.
-	rctx, stopResets := context.WithCancel(ctx)
-	resetsDone, err := resets.Start(rctx, func(fence string, mark int64) {
-		if gw.LowerLocal(fence, tokens.Token(mark)) {
-			log.Warn("fence reset by another replica: term lowered", "fence", fence, "high_water", mark)
-		} else {
-			log.Warn("fence reset by another replica", "fence", fence, "high_water", mark)
-		}
-	})
-	if err != nil {
-		// Least privilege may leave fencegate read access to the
+	if resets != nil {
+		// Resets on other replicas lower what this one remembers of a
+		// fence. Least privilege may leave fencegate read access to the
 		// elections only: resets then lower the replica that served them.
-		log.Warn("fence resets made on other replicas will not reach this one (grant fencegate readwrite on the prefix "+election.DefaultResetPrefix+")", "err", err)
-		resetsDone = nil
-	}
-	defer func() {
-		stopResets()
-		if resetsDone != nil {
-			<-resetsDone
+		rctx, stopResets := context.WithCancel(ctx)
+		defer stopResets()
+		resetsDone, err := resets.Start(rctx, func(fence string, mark int64) {
+			if gw.LowerLocal(fence, tokens.Token(mark)) {
+				log.Warn("fence reset by another replica: term lowered", "fence", fence, "high_water", mark)
+			} else {
+				log.Warn("fence reset by another replica", "fence", fence, "high_water", mark)
+			}
+		})
+		if err != nil {
+			log.Warn("fence resets made on other replicas will not reach this one (grant fencegate readwrite on the prefix "+election.DefaultResetPrefix+")", "err", err)
+		} else {
+			defer func() { stopResets(); <-resetsDone }()
 		}
-	}()
+	}
 	srv := api.NewServer(gw, cfg.MaxBodyBytes)
 
 	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
@@ -256,6 +306,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			Insecure:     cfg.Insecure,
 			MaxFenceName: cfg.Proxy.MaxFenceName,
 			Logger:       log,
+			TermCheck:    cfg.Postgres.TermCheck,
 		})
 		if err == nil {
 			pgLis, err = net.Listen("tcp", cfg.PgListenAddr)
@@ -311,14 +362,16 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	ready := func(ctx context.Context) error {
 		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
 		defer cancel()
-		if !watcher.Synced() {
-			return errors.New("election watch not synced with etcd")
+		if watcher != nil {
+			if !watcher.Synced() {
+				return errors.New("election watch not synced with etcd")
+			}
+			if _, err := etcd.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
+				return fmt.Errorf("etcd: %w", err)
+			}
 		}
 		if zkSource != nil && !zkSource.Connected() {
 			return errors.New("no ZooKeeper session (--zookeeper-servers)")
-		}
-		if _, err := etcd.Get(ctx, "health", clientv3.WithCountOnly()); err != nil {
-			return fmt.Errorf("etcd: %w", err)
 		}
 		if lease != nil {
 			if err := lease.client.Ping(ctx).Err(); err != nil {
@@ -377,12 +430,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	if metricsLis != nil {
 		metricsAddr = serveMetricsAddr(gctx, g, metricsLis, api.OpsHandler(opsCfg))
 	}
-	g.Go(func() error { return watcher.Run(gctx) })
+	if watcher != nil {
+		g.Go(func() error { return watcher.Run(gctx) })
+	}
 	if zkSource != nil {
 		g.Go(func() error { return zkSource.Run(gctx) })
 	}
 	if lease != nil {
 		g.Go(func() error { _ = lease.src.Run(gctx); return nil })
+	}
+	if pgTerms != nil {
+		g.Go(func() error { return pgTerms.Run(gctx) })
 	}
 	if sec.policy != nil {
 		g.Go(func() error { return sec.policy.Run(gctx) })
@@ -474,7 +532,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		redisListen = redisLis.Addr().String()
 	}
 	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "pg", pgAddr, "resp", redisListen, "metrics", metricsAddr,
-		"etcd", cfg.EtcdEndpoints, "election_prefix", cfg.ElectionPrefix, "term_sources", cfg.TermSources,
+		"etcd", etcdLogValue(cfg), "election_prefix", cfg.ElectionPrefix, "term_sources", cfg.TermSources,
 		"postgres", opts.Postgres != nil, "redis", opts.Redis != nil, "tls", sec.tls != nil,
 		"authentication", opts.AuthRequired, "policy", cfg.Security.PolicyFile, "policy_mode", cfg.Security.PolicyMode,
 		"version", version())
@@ -486,6 +544,14 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		err = nil
 	}
 	return err
+}
+
+// etcdLogValue is what the start line says of etcd.
+func etcdLogValue(cfg serveConfig) string {
+	if cfg.withoutEtcd() {
+		return "none: running without etcd, fences --term-sources does not route have no term (UNKNOWN_TERM)"
+	}
+	return cfg.EtcdEndpoints
 }
 
 // dialEtcd connects to etcd and checks it answers, so a wrong endpoint is

@@ -25,6 +25,7 @@ type call struct {
 	token tokens.Token
 	role  string // "" for fencegate's login
 	stmts []Statement
+	term  TermCheck // the fence's postgres-term check; zero for advance
 
 	// Set by the batch before Finish.
 	results []Result
@@ -33,6 +34,12 @@ type call struct {
 
 // advanceSQL returns the fence check c starts with.
 func (c *call) advanceSQL() string {
+	if c.term.sql != "" {
+		if c.role == "" {
+			return c.term.sql
+		}
+		return c.term.asSQL
+	}
 	if c.role == "" {
 		return advanceSQL
 	}

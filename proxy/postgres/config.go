@@ -35,6 +35,11 @@ type Config struct {
 	// INSERT, UPDATE, DELETE and MERGE, by the names of sqlcheck.AllowNames
 	// ("truncate", "lock", "ddl"). What would break the fence stays refused.
 	AllowSQL []string
+	// TermCheck, when set, names the fences whose term source is
+	// postgres-term and their check: their writes start with
+	// fencegate.advance_term instead of fencegate.advance, in the same
+	// statement and round trip. Called on every write: it must be cheap.
+	TermCheck func(fence string) (TermCheck, bool)
 	// ApplicationName is reported to the server (pg_stat_activity).
 	// Default "fencegate".
 	ApplicationName string

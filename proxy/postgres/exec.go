@@ -61,6 +61,9 @@ func (b *Backend) ExecAs(ctx context.Context, fence string, t tokens.Token, role
 		return nil, r
 	}
 	c := &call{fence: fence, token: t, role: role, stmts: stmts}
+	if b.cfg.TermCheck != nil {
+		c.term, _ = b.cfg.TermCheck(fence)
+	}
 	c.Init(ctx)
 	return b.submit(c)
 }
@@ -117,6 +120,17 @@ func refusalOf(host, fence string, t tokens.Token, role string, at int, err erro
 		r.Metadata = map[string]string{"sqlstate": pgErr.Code}
 		r.Err = pgErr
 		switch {
+		case at == atAdvance && isTermRefusal(pgErr):
+			// fencegate.advance_term: the term check of a postgres-term
+			// fence. Its message is the gateway's for the same refusal.
+			r.Reason = termReasons[pgErr.Code]
+			r.Term = parseTerm(pgErr.Detail)
+			if r.Reason == tokens.ReasonUnknownTerm {
+				r.Term = 0 // the row's term is not the current leader's
+			}
+			r.Metadata = nil
+			r.Msg = pgErr.Message
+			r.Err = nil // the message says it all; not twice
 		case pgErr.Code == migrations.StaleSQLState:
 			r.Reason = tokens.ReasonStaleToken
 			r.HighWater = parseHighWater(pgErr.Detail)
@@ -211,6 +225,33 @@ func clipPgError(pgErr *pgconn.PgError) {
 // parseHighWater reads fencegate.advance's DETAIL "high_water=<n>".
 func parseHighWater(detail string) tokens.Token {
 	v, ok := strings.CutPrefix(detail, "high_water=")
+	if !ok {
+		return 0
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0
+	}
+	return tokens.Token(n)
+}
+
+// termReasons are the refusals of fencegate.advance_term's term check.
+var termReasons = map[string]tokens.Reason{
+	migrations.StaleSQLState:       tokens.ReasonStaleToken,
+	migrations.TermEndedSQLState:   tokens.ReasonTermEnded,
+	migrations.UnknownTermSQLState: tokens.ReasonUnknownTerm,
+}
+
+// isTermRefusal: err is advance_term's term check refusing (its DETAIL is
+// "term=<n>"; advance's own FG001 says "high_water=<n>").
+func isTermRefusal(pgErr *pgconn.PgError) bool {
+	_, ok := termReasons[pgErr.Code]
+	return ok && strings.HasPrefix(pgErr.Detail, "term=")
+}
+
+// parseTerm reads advance_term's DETAIL "term=<n>".
+func parseTerm(detail string) tokens.Token {
+	v, ok := strings.CutPrefix(detail, "term=")
 	if !ok {
 		return 0
 	}

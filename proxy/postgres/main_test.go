@@ -55,6 +55,9 @@ func runTests(m *testing.M) int {
 	backend = b
 	code := m.Run()
 	b.Close()
+	if termBackend != nil {
+		termBackend.Close()
+	}
 	if err := srv.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		code = 1

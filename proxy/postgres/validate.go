@@ -67,7 +67,7 @@ func atByte(pos int) string {
 // database and fails the statement, so the write rolls back, when they are
 // over the limits: a result too large to return is never committed.
 func (b *Backend) sendText(sql string) string {
-	if sql == advanceSQL || sql == advanceAsSQL || b.uncheckedSQL {
+	if isCheckSQL(sql) || b.uncheckedSQL {
 		return sql
 	}
 	st, err := b.sql.Check(sql) // cached since validate

@@ -1,0 +1,288 @@
+// Package pgterm is the postgres-term term source: elections held with a
+// PostgreSQL advisory lock whose winner raises its row of a term table, as
+// the seed worker does:
+//
+//	SELECT pg_try_advisory_lock(hashtext('jobs'));   -- true: this session leads
+//	INSERT INTO leadership_term(name, term) VALUES ('jobs', 1)
+//	ON CONFLICT (name) DO UPDATE SET term = leadership_term.term + 1
+//	RETURNING term;                                  -- its fencing token
+//
+// and keeps that session open while it leads. An election's term is its
+// row's term while some session of the database holds its advisory lock;
+// with no lock held the term is over.
+//
+// The source keeps what it last read in memory (Term, for every write's
+// fast path) and refreshes it every Config.Poll for the fences it was asked
+// about; Verify reads the row and pg_locks afresh. The backend's own check
+// (fencegate.advance_term, migration 005) is final: it runs in the fenced
+// write's transaction.
+package pgterm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/election"
+)
+
+// Defaults of Config.
+const (
+	DefaultTable   = "leadership_term"
+	DefaultLockKey = "hashtext"
+	DefaultPoll    = time.Second
+)
+
+// maxNames bounds the fences the source follows: names come from writes.
+const maxNames = 10000
+
+// Config configures a Source.
+type Config struct {
+	// DSN is the database of the elections (fencegate's --postgres-dsn).
+	DSN string
+	// Table is the term table (name text primary key, term bigint not
+	// null), schema-qualified or found by the login's search_path. Default
+	// DefaultTable.
+	Table string
+	// LockKey is how an election's advisory lock key derives from its name:
+	// "hashtext" (hashtext(name)) or "hashtextextended"
+	// (hashtextextended(name, 0)). Default DefaultLockKey.
+	LockKey string
+	// Poll is how often the terms of the fences seen are read again.
+	// Default DefaultPoll.
+	Poll time.Duration
+	// Logger receives failed polls. Nil discards them.
+	Logger *slog.Logger
+}
+
+// Source is a postgres-term source. It is safe for concurrent use.
+type Source struct {
+	pool    *pgxpool.Pool
+	table   string // schema-qualified and quoted
+	lockKey string
+	poll    time.Duration
+	log     *slog.Logger
+
+	verifySQL, pollSQL string
+
+	mu    sync.RWMutex
+	terms map[string]election.Term // by name; the zero Term until read
+}
+
+// Open connects to cfg.DSN and checks that the term table exists and that
+// fencegate_owner, who runs the backend's check, may read and lock its
+// rows. Call Run to keep the terms fresh and Close when done.
+func Open(ctx context.Context, cfg Config) (*Source, error) {
+	if cfg.Table == "" {
+		cfg.Table = DefaultTable
+	}
+	if cfg.LockKey == "" {
+		cfg.LockKey = DefaultLockKey
+	}
+	if cfg.Poll == 0 {
+		cfg.Poll = DefaultPoll
+	}
+	var key string
+	switch cfg.LockKey {
+	case "hashtext":
+		key = "pg_catalog.hashtext(t.name)::bigint"
+	case "hashtextextended":
+		key = "pg_catalog.hashtextextended(t.name, 0)"
+	default:
+		return nil, fmt.Errorf("pgterm: lock key derivation %q: want hashtext or hashtextextended", cfg.LockKey)
+	}
+	if cfg.Poll < 10*time.Millisecond {
+		return nil, fmt.Errorf("pgterm: poll interval %v: want at least 10ms", cfg.Poll)
+	}
+	pc, err := pgxpool.ParseConfig(cfg.DSN)
+	if err != nil {
+		return nil, fmt.Errorf("pgterm: invalid DSN: %w", err)
+	}
+	pc.MaxConns = 2
+	pc.ConnConfig.RuntimeParams["application_name"] = "fencegate-term-source"
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, fmt.Errorf("pgterm: %w", err)
+	}
+	s := &Source{pool: pool, lockKey: cfg.LockKey, poll: cfg.Poll, log: cfg.Logger, terms: map[string]election.Term{}}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if err := s.resolve(ctx, cfg.Table); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	// One snapshot of the granted advisory locks of this database, then
+	// each row's term and whether its lock is among them.
+	locks := `WITH l AS MATERIALIZED (
+  SELECT l.classid, l.objid FROM pg_catalog.pg_locks AS l
+   WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+     AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database()))
+`
+	held := "EXISTS (SELECT FROM l WHERE l.classid = ((" + key + " >> 32) & 4294967295)::oid AND l.objid = (" + key + " & 4294967295)::oid)"
+	s.verifySQL = locks + "SELECT t.term, " + held + " FROM " + s.table + " AS t WHERE t.name = $1"
+	s.pollSQL = locks + "SELECT t.name, t.term, " + held + " FROM " + s.table + " AS t WHERE t.name = ANY($1)"
+	return s, nil
+}
+
+// resolve finds table and checks fencegate_owner's rights on it.
+func (s *Source) resolve(ctx context.Context, table string) error {
+	var qualified string
+	var sel, upd, owner, login bool
+	err := s.pool.QueryRow(ctx, `
+SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
+       EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner'),
+       CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner')
+            THEN pg_catalog.has_table_privilege('fencegate_owner', c.oid, 'SELECT') END,
+       CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner')
+            THEN pg_catalog.has_any_column_privilege('fencegate_owner', c.oid, 'UPDATE') END,
+       pg_catalog.has_table_privilege(c.oid, 'SELECT')
+  FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
+ WHERE c.oid = pg_catalog.to_regclass($1)`, table).Scan(&qualified, &owner, &sel, &upd, &login)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return fmt.Errorf("pgterm: term table %q does not exist: create it (CREATE TABLE %s (name text PRIMARY KEY, term bigint NOT NULL)) or name it with --postgres-term-table", table, table)
+	case err != nil:
+		return fmt.Errorf("pgterm: find term table %q: %w", table, err)
+	case !owner:
+		return errors.New("pgterm: role fencegate_owner does not exist: run fencegate migrate first")
+	case !sel || !upd:
+		return fmt.Errorf("pgterm: fencegate_owner may not read and lock the rows of %s: GRANT SELECT, UPDATE (term) ON %s TO fencegate_owner", qualified, qualified)
+	case !login:
+		// The source reads the terms as fencegate's login.
+		return fmt.Errorf("pgterm: fencegate's login may not read %s: GRANT SELECT ON %s TO <the role of --postgres-dsn>", qualified, qualified)
+	}
+	s.table = qualified
+	return nil
+}
+
+// Table is the term table, schema-qualified: what the backend's check
+// (fencegate.advance_term) is given.
+func (s *Source) Table() string { return s.table }
+
+// LockKey is the lock key derivation.
+func (s *Source) LockKey() string { return s.lockKey }
+
+// Close closes the source's connections.
+func (s *Source) Close() { s.pool.Close() }
+
+// Term is what was last read of election name, without I/O. A name not
+// seen before is followed from now on (up to a bound).
+func (s *Source) Term(name string) election.Term {
+	s.mu.RLock()
+	t, ok := s.terms[name]
+	s.mu.RUnlock()
+	if ok {
+		return t
+	}
+	s.mu.Lock()
+	if _, ok := s.terms[name]; !ok && len(s.terms) < maxNames {
+		s.terms[name] = election.Term{Election: name}
+	}
+	s.mu.Unlock()
+	return election.Term{Election: name}
+}
+
+// Verify reads election name's row and whether its lock is held. Every
+// number up to the row's term was issued to a leader, so token was held
+// when it is at most the term.
+func (s *Source) Verify(ctx context.Context, name string, token int64) (election.Term, bool, error) {
+	var term int64
+	var held bool
+	err := s.pool.QueryRow(ctx, s.verifySQL, name).Scan(&term, &held)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return election.Term{Election: name}, false, nil
+	}
+	if err != nil {
+		return election.Term{Election: name}, false, fmt.Errorf("pgterm: read term of %q: %w", name, err)
+	}
+	t := s.store(name, term, held)
+	return t, token <= term, nil
+}
+
+// store records a read of name and returns its term.
+func (s *Source) store(name string, term int64, held bool) election.Term {
+	t := election.Term{Election: name, Last: term}
+	if held {
+		t.Rev = term
+	}
+	s.mu.Lock()
+	old, ok := s.terms[name]
+	if ok || len(s.terms) < maxNames {
+		t.Last = max(t.Last, old.Last)
+		t.Changes = old.Changes
+		if t.Rev != old.Rev {
+			t.Changes++
+		}
+		s.terms[name] = t
+	}
+	s.mu.Unlock()
+	return t
+}
+
+// Terms are the terms of the fences seen, by name.
+func (s *Source) Terms() []election.Term {
+	s.mu.RLock()
+	out := make([]election.Term, 0, len(s.terms))
+	for _, t := range s.terms {
+		out = append(out, t)
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b election.Term) int { return strings.Compare(a.Election, b.Election) })
+	return out
+}
+
+// Run reads the terms of the fences seen every Config.Poll until ctx ends.
+func (s *Source) Run(ctx context.Context) error {
+	tick := time.NewTicker(s.poll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+		if err := s.Refresh(ctx); err != nil && ctx.Err() == nil {
+			s.log.Warn("postgres-term: cannot read the terms", "err", err)
+		}
+	}
+}
+
+// Refresh reads the terms of every fence seen, in one query. A fence whose
+// row is gone keeps what was known.
+func (s *Source) Refresh(ctx context.Context) error {
+	s.mu.RLock()
+	names := make([]string, 0, len(s.terms))
+	for name := range s.terms {
+		names = append(names, name)
+	}
+	s.mu.RUnlock()
+	if len(names) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(s.poll, time.Second))
+	defer cancel()
+	rows, err := s.pool.Query(ctx, s.pollSQL, names)
+	if err != nil {
+		return fmt.Errorf("pgterm: read terms: %w", err)
+	}
+	var name string
+	var term int64
+	var held bool
+	_, err = pgx.ForEachRow(rows, []any{&name, &term, &held}, func() error {
+		s.store(name, term, held)
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("pgterm: read terms: %w", err)
+	}
+	return nil
+}

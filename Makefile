@@ -25,8 +25,8 @@ CHAOS               ?= short
 CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp postgres@zookeeper redis@redis-lease postgres@postgres-term
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
-CHAOS_SHORT_FENCED  ?= 45s
-CHAOS_SHORT_CONTROL ?= 30s
+CHAOS_SHORT_FENCED  ?= 30s
+CHAOS_SHORT_CONTROL ?= 20s
 CHAOS_LONG_FENCED   ?= 30m
 CHAOS_LONG_CONTROL  ?= 5m
 # The short runs lead more terms recklessly, so a 30s control run is all but

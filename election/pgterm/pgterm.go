@@ -136,6 +136,13 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 // resolve finds table and checks fencegate_owner's rights on it.
 func (s *Source) resolve(ctx context.Context, table string) error {
 	var qualified string
+	var migrated bool
+	if err := s.pool.QueryRow(ctx, "SELECT pg_catalog.to_regprocedure('fencegate.advance_term(text, bigint, text, text)') IS NOT NULL").Scan(&migrated); err != nil {
+		return fmt.Errorf("pgterm: %w", err)
+	}
+	if !migrated {
+		return errors.New("pgterm: fencegate.advance_term is missing: run fencegate migrate (schema version 5 or later)")
+	}
 	var sel, upd, owner, login bool
 	err := s.pool.QueryRow(ctx, `
 SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),

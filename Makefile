@@ -26,7 +26,7 @@ CHAOS_BACKENDS      ?= postgres redis postgres:pgwire redis:resp postgres@zookee
 CHAOS_SEED          ?=
 CHAOS_FLAGS         ?=
 CHAOS_SHORT_FENCED  ?= 30s
-CHAOS_SHORT_CONTROL ?= 20s
+CHAOS_SHORT_CONTROL ?= 30s
 CHAOS_LONG_FENCED   ?= 30m
 CHAOS_LONG_CONTROL  ?= 5m
 # The short runs lead more terms recklessly, so a 30s control run is all but

@@ -116,6 +116,27 @@ func TestResetOutOfReach(t *testing.T) {
 		t.Fatalf("reset inside a fenced transaction: got %v, want SQLSTATE FG006", err)
 	}
 
+	tx.Rollback(ctx)
+
+	// A client whose statements are not checked (the PostgreSQL listener's,
+	// logged in as a role that may call fencegate's functions) clears the
+	// transaction's fenced mark first: still refused.
+	tx, err = c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if _, err := tx.Exec(ctx, "SELECT fencegate.advance($1, $2)", fence, l.token); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_catalog.set_config('fencegate.fenced', '', true)"); err != nil {
+		t.Fatal(err)
+	}
+	_, err = tx.Exec(ctx, "SELECT fencegate.reset($1, 0)", fence)
+	if !errors.As(err, &pe) || pe.Code != "FG006" {
+		t.Fatalf("reset inside a fenced transaction whose mark was cleared: got %v, want SQLSTATE FG006", err)
+	}
+
 	p, err := policy.Parse([]byte(`rules:
   - name: everyone-writes
     principals: ["*"]

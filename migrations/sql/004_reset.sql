@@ -23,7 +23,12 @@ BEGIN
         RAISE EXCEPTION 'invalid fence % or high-water mark %', fence_name, new_mark
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    IF COALESCE(pg_catalog.current_setting('fencegate.fenced', true), '') OPERATOR(pg_catalog.<>) '' THEN
+    -- Inside a fenced write: advance marks the transaction, and its
+    -- insert or FOR SHARE lock has given it a transaction id. The mark is
+    -- a setting a statement could clear with set_config; the id is not:
+    -- fencegate's own reset runs alone and has none yet.
+    IF COALESCE(pg_catalog.current_setting('fencegate.fenced', true), '') OPERATOR(pg_catalog.<>) ''
+       OR pg_catalog.txid_current_if_assigned() IS NOT NULL THEN
         RAISE EXCEPTION USING
             ERRCODE = 'FG006',
             MESSAGE = 'fencegate.reset cannot run inside a fenced write',

@@ -27,6 +27,8 @@ type commandSpec struct {
 	optional bool
 	// args: a check of the arguments beyond keys and sizes.
 	args argCheck
+	// oneStep: see oneStepCommands.
+	oneStep bool
 
 	// name is the upper-case name, which the script is sent (it compares
 	// names to treat APPEND and the INCR family); nameArg is name as the
@@ -192,11 +194,55 @@ func withArgs(s commandSpec, c argCheck) commandSpec {
 	return s
 }
 
+// oneStepCommands, each alone in a write, need no snapshot for a
+// rollback: Redis checks their arguments and the types of their keys
+// before it changes anything, so they fail without writing or write and
+// succeed; and their replies ("OK", nil, a count, a length, or an INCR
+// family's value, which the script reads back exactly past 2^53) are at
+// most maxOneStepReply bytes as the script weighs them, so no limit can
+// refuse them after they ran. APPEND's limit is weighed before it runs.
+// Left out: commands that answer with stored values (GETSET, LPOP, SET
+// ... GET, which oneStep checks), floats (INCRBYFLOAT), and those that
+// create a key before a later check can fail (ZADD, XADD).
+var oneStepCommands = []string{
+	"SET", "SETNX", "SETEX", "PSETEX", "MSET", "MSETNX", "APPEND",
+	"INCR", "INCRBY", "DECR", "DECRBY",
+	"DEL", "UNLINK", "EXPIRE", "PEXPIRE", "EXPIREAT", "PEXPIREAT", "PERSIST",
+	"HSET", "HSETNX", "HMSET", "HDEL", "HINCRBY",
+	"LPUSH", "RPUSH", "SADD", "SREM", "ZREM",
+}
+
+// maxOneStepReply bounds the reply of a oneStepCommands write: 20 bytes
+// for an exact 64-bit integer read back as a string. With MaxReplyBytes
+// below it, every write is snapshotted.
+const maxOneStepReply = 64
+
 func init() {
+	for _, name := range oneStepCommands {
+		s := commandTable[name]
+		s.oneStep = true
+		commandTable[name] = s
+	}
 	for name, s := range commandTable {
 		s.name, s.nameArg = name, name
 		commandTable[name] = s
 	}
+}
+
+// oneStep reports whether c, a write's only command with spec s, needs no
+// snapshot (see oneStepCommands).
+func (b *Backend) oneStep(s commandSpec, c []string) bool {
+	if !s.oneStep || b.cfg.MaxReplyBytes < maxOneStepReply {
+		return false
+	}
+	if s.name == "SET" {
+		for _, a := range c[3:] {
+			if strings.EqualFold(a, "GET") {
+				return false // answers with the value it replaced
+			}
+		}
+	}
+	return true
 }
 
 // refusedFamilies explains why well-known commands are refused. Anything
@@ -303,7 +349,8 @@ func (a allowlist) lookup(name string) (commandSpec, bool) {
 type plan struct {
 	keys []string // the token key, the written keys, then the keys only read
 	nw   int      // number of written keys
-	// token, number of written keys, MaxValueBytes, MaxReplyBytes, then
+	// token, number of written keys to snapshot (nw, or 0 for a write of
+	// one oneStepCommands command), MaxValueBytes, MaxReplyBytes, then
 	// per command: argc, upper-case name, args...
 	args []any
 	// lease is set for a lease fence's write: it runs leaseScript.
@@ -364,6 +411,7 @@ func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]
 	p.args[argMaxValue] = b.maxValueArg
 	p.args[argMaxReply] = b.maxReplyArg
 	var written, read keySet
+	snapshot := true
 	for i, c := range cmds {
 		if len(c) == 0 || c[0] == "" {
 			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "empty command")
@@ -410,13 +458,19 @@ func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]
 		if r := b.checkArgs(fence, t, i, s, c); r != nil {
 			return plan{}, r
 		}
+		if len(cmds) == 1 && b.oneStep(s, c) {
+			snapshot = false
+		}
 		p.args = append(p.args, n, s.nameArg)
 		for _, a := range c[1:] {
 			p.args = append(p.args, a)
 		}
 	}
 	p.nw = len(written.list)
-	p.args[argWritten] = p.nw
+	p.args[argWritten] = 0
+	if snapshot {
+		p.args[argWritten] = p.nw
+	}
 	p.keys = append(p.keys, written.list...)
 	for _, k := range read.list {
 		if !written.has(k) {

@@ -24,10 +24,12 @@ const (
 	limitInteger = "integer" // an integer reply beyond ±2^53, not exact in Lua
 )
 
-// fenceScript is the fenced write. KEYS[1] is the token key, KEYS[2] to
-// KEYS[1+ARGV[2]] the keys the commands may write, then the keys they only
-// read (declared for Redis Cluster). ARGV[1] is the token in canonical
-// decimal, ARGV[2] the number of written keys, ARGV[3] MaxValueBytes,
+// fenceScript is the fenced write. KEYS[1] is the token key, then the
+// keys the commands may write, then the keys they only read (declared for
+// Redis Cluster). ARGV[1] is the token in canonical decimal, ARGV[2] the
+// number of written keys to snapshot (KEYS[2] to KEYS[1+ARGV[2]]: all the
+// written keys, or none for a write that cannot fail after writing, see
+// oneStepCommands), ARGV[3] MaxValueBytes,
 // ARGV[4] MaxReplyBytes, then each command as its argument count, its
 // upper-case name and its arguments.
 //
@@ -38,8 +40,9 @@ const (
 // fails, so every written key is snapshotted (DUMP, PTTL) before the first
 // command runs and restored (RESTORE ... REPLACE, or DEL if it did not
 // exist) when one fails or a limit is hit. The token key is only set after
-// every command succeeded; commands cannot name it (check refuses the
-// fencegate: prefix). A script runs atomically, so no client sees the
+// every command succeeded, and only when the token is not already the
+// mark (a leader's every write after its first leaves it as it is);
+// commands cannot name it (check refuses the fencegate: prefix). A script runs atomically, so no client sees the
 // intermediate state.
 //
 // Limits: APPEND is weighed (STRLEN) before it runs; each reply is weighed
@@ -160,7 +163,9 @@ if fail then
   return fail
 end
 
-redis.call('SET', KEYS[1], token)
+if cur ~= token then
+  redis.call('SET', KEYS[1], token)
+end
 if exact then
   out[n + 2] = exact
 end

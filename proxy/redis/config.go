@@ -13,8 +13,8 @@ type Config struct {
 	// connection is busy go out together on the next one free, one
 	// pipeline. Default 4: Redis runs one script at a time, so more
 	// connections add round trips and system calls, not throughput (on the
-	// benchmark machine 4 did 1.2 to 1.4 times the writes of 20 at 16 and
-	// 64 clients, docs/BENCHMARKS.md).
+	// benchmark machine 4 did 1.46 times the writes of 20 at 64 clients and
+	// 1.64 times at 16, docs/BENCHMARKS.md).
 	PoolSize int
 	// DialTimeout bounds establishing one connection. Default 5s.
 	DialTimeout time.Duration

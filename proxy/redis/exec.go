@@ -112,6 +112,9 @@ func (b *Backend) runBatch(calls []*call) {
 }
 
 func isNoScript(err error) bool {
+	if err == nil {
+		return false
+	}
 	var rerr goredis.Error
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOSCRIPT")
 }

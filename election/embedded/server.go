@@ -89,11 +89,16 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.ClientTLS != nil {
 		scheme = "https"
 	}
-	clientURL, err := resolveURL(cfg.ClientURL, scheme)
+	// A port picked for the client URL is held until the peer URL has
+	// its own: picked one after the other, the kernel may hand out the
+	// same free port twice, and etcd then fails to bind the second.
+	clientURL, clientHold, err := resolveURL(cfg.ClientURL, scheme)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: client URL: %w", err)
 	}
-	peerURL, err := resolveURL(cfg.PeerURL, "http")
+	peerURL, peerHold, err := resolveURL(cfg.PeerURL, "http")
+	releasePort(clientHold)
+	releasePort(peerHold)
 	if err != nil {
 		return nil, fmt.Errorf("embedded etcd: peer URL: %w", err)
 	}
@@ -194,30 +199,34 @@ func (s *Server) Close() {
 }
 
 // resolveURL parses raw, which must have scheme, or picks a free loopback
-// port when raw is empty.
-func resolveURL(raw, scheme string) (url.URL, error) {
+// port when raw is empty; then it also returns the listener holding that
+// port, to be closed before the port is bound.
+func resolveURL(raw, scheme string) (url.URL, net.Listener, error) {
 	if raw == "" {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
-			return url.URL{}, err
+			return url.URL{}, nil, err
 		}
-		addr := l.Addr().String()
-		if err := l.Close(); err != nil {
-			return url.URL{}, err
-		}
-		return url.URL{Scheme: scheme, Host: addr}, nil
+		return url.URL{Scheme: scheme, Host: l.Addr().String()}, l, nil
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return url.URL{}, err
+		return url.URL{}, nil, err
 	}
 	if u.Scheme != scheme {
-		return url.URL{}, fmt.Errorf("%q: scheme must be %s", raw, scheme)
+		return url.URL{}, nil, fmt.Errorf("%q: scheme must be %s", raw, scheme)
 	}
 	if _, _, err := net.SplitHostPort(u.Host); err != nil {
-		return url.URL{}, fmt.Errorf("%q: %w", raw, err)
+		return url.URL{}, nil, fmt.Errorf("%q: %w", raw, err)
 	}
-	return *u, nil
+	return *u, nil, nil
+}
+
+// releasePort closes the listener that held a picked port, if any.
+func releasePort(l net.Listener) {
+	if l != nil {
+		_ = l.Close()
+	}
 }
 
 func checkFree(addr string) error {

@@ -5,18 +5,17 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/api/auth/authtest"
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 )
 
 // secureDev is `fencegate dev` serving TLS, asking clients for a
@@ -52,7 +51,7 @@ func startSecureDev(t *testing.T) *secureDev {
 		t.Fatal(err)
 	}
 	d := &secureDev{
-		endpoint: "https://" + freeAddr(t), etcd: "http://" + freeAddr(t),
+		endpoint: "https://" + freeport.Addr(t), etcd: "http://" + freeport.Addr(t),
 		ca: ca.File, cert: client.CertFile, key: client.KeyFile, token: secret, strangerCA: stranger.File,
 	}
 	outPath := filepath.Join(dir, "dev.out")
@@ -60,8 +59,8 @@ func startSecureDev(t *testing.T) *secureDev {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "dev", "--etcd-listen="+d.etcd, "--grpc-addr="+freeAddr(t),
-		"--http-addr="+strings.TrimPrefix(d.endpoint, "https://"), "--pg-listen-addr="+freeAddr(t),
+	cmd := exec.Command(bin, "dev", "--etcd-listen="+d.etcd, "--grpc-addr="+freeport.Addr(t),
+		"--http-addr="+strings.TrimPrefix(d.endpoint, "https://"), "--pg-listen-addr="+freeport.Addr(t),
 		"--cert-file="+srv.CertFile, "--key-file="+srv.KeyFile, "--trusted-ca-file="+ca.File, "--token-auth-file="+tokens)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -96,26 +95,6 @@ func startSecureDev(t *testing.T) *secureDev {
 			t.Fatalf("fencegate dev not up after 2 minutes:\n%s", b)
 		}
 		time.Sleep(100 * time.Millisecond)
-	}
-}
-
-// handedOut holds every address freeAddr returned: picked one after the
-// other, the kernel may offer the same free port twice, and a test that
-// asked for two listeners would get one port for both.
-var handedOut sync.Map
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
-			return addr
-		}
 	}
 }
 

@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 )
 
 // TestDevStaysReady runs `fencegate dev` with JSON logs and leaves it idle:
@@ -33,7 +35,7 @@ func TestDevStaysReady(t *testing.T) {
 		}
 		idle = d
 	}
-	etcdAddr, grpcAddr, httpAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	etcdAddr, grpcAddr, httpAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var stdout, stderr syncBuffer
@@ -41,7 +43,7 @@ func TestDevStaysReady(t *testing.T) {
 	go func() {
 		done <- run(ctx, []string{
 			"dev", "--log-format=json", "--etcd-listen=http://" + etcdAddr,
-			"--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + freeAddr(t), "--redis-listen-addr=" + freeAddr(t),
+			"--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + freeport.Addr(t), "--redis-listen-addr=" + freeport.Addr(t),
 		}, &stdout, &stderr)
 	}()
 	waitReady(t, httpAddr, done, &stderr)

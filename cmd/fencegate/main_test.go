@@ -16,6 +16,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 	"github.com/fencegate/fencegate/election/embedded"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
@@ -96,31 +97,11 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// handedOut holds every address freeAddr returned: picked one after the
-// other, the kernel may offer the same free port twice, and a test that
-// asked for two listeners would get one port for both.
-var handedOut sync.Map
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		addr := l.Addr().String()
-		l.Close()
-		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
-			return addr
-		}
-	}
-}
-
 // TestDev runs `fencegate dev` on free ports, checks it serves and is
 // ready, then cancels it as SIGINT would and checks every port is free
 // again.
 func TestDev(t *testing.T) {
-	etcdAddr, grpcAddr, httpAddr, pgAddr, respAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	etcdAddr, grpcAddr, httpAddr, pgAddr, respAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncBuffer

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 )
 
 func TestCheckMetricsAddr(t *testing.T) {
@@ -43,7 +45,7 @@ func TestCheckMetricsAddr(t *testing.T) {
 func TestMetricsAddr(t *testing.T) {
 	e := newSecureEnv(t)
 	policyFile := e.writeFile(t, "policy.yaml", securePolicy)
-	metricsAddr := freeAddr(t)
+	metricsAddr := freeport.Addr(t)
 	g := e.serveGateway(t, "--cert-file="+e.srv.CertFile, "--key-file="+e.srv.KeyFile,
 		"--trusted-ca-file="+e.ca.File, "--policy-file="+policyFile, "--metrics-addr="+metricsAddr)
 

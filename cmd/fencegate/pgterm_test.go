@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	redisthrow "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
@@ -56,7 +57,7 @@ CREATE TABLE jobs_done (v text);
 GRANT SELECT, INSERT ON jobs_done TO gw`); err != nil {
 		t.Fatal(err)
 	}
-	e := &pgTermEnv{pg: pg, admin: admin, httpAddr: freeAddr(t), pgAddr: freeAddr(t), log: &syncBuffer{}}
+	e := &pgTermEnv{pg: pg, admin: admin, httpAddr: freeport.Addr(t), pgAddr: freeport.Addr(t), log: &syncBuffer{}}
 	sctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
 	args := []string{"serve", "--etcd-endpoints=", "--term-sources=jobs*=postgres-term", "--postgres-dsn=" + dsn,

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/api/auth/authtest"
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 )
 
 // TestServePgListener runs `fencegate serve --pg-listen-addr` with mTLS
@@ -38,7 +39,7 @@ func TestServePgListener(t *testing.T) {
     fences: ["a"]
     actions: [sql.write]
 `)
-	pgAddr := freeAddr(t)
+	pgAddr := freeport.Addr(t)
 	e.serveGateway(t, "--pg-listen-addr="+pgAddr, "--cert-file="+e.srv.CertFile, "--key-file="+e.srv.KeyFile,
 		"--trusted-ca-file="+e.ca.File, "--policy-file="+policyFile)
 	tok := e.lead(t, "a", "alice")

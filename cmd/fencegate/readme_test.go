@@ -12,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 )
 
 // walkthroughHeadings are the README sections whose ```sh blocks
@@ -487,7 +489,7 @@ func startDev(t *testing.T, bin, dir string) (banner string, stop func()) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(bin, "dev", "--etcd-listen=http://"+freeAddr(t), "--grpc-addr="+freeAddr(t), "--http-addr="+freeAddr(t), "--pg-listen-addr="+freeAddr(t), "--redis-listen-addr="+freeAddr(t))
+	cmd := exec.Command(bin, "dev", "--etcd-listen=http://"+freeport.Addr(t), "--grpc-addr="+freeport.Addr(t), "--http-addr="+freeport.Addr(t), "--pg-listen-addr="+freeport.Addr(t), "--redis-listen-addr="+freeport.Addr(t))
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {

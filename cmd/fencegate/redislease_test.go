@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
 
@@ -26,7 +27,7 @@ func TestServeRedisLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rd.Close() })
-	addr := freeAddr(t)
+	addr := freeport.Addr(t)
 	g := e.serveGateway(t, "--redis-addr="+rd.Addr(), "--redis-listen-addr="+addr, "--term-sources=lease-*=redis-lease")
 	rhost, rport, _ := strings.Cut(rd.Addr(), ":")
 	host, port, _ := strings.Cut(addr, ":")

@@ -12,6 +12,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/api/auth/authtest"
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
 
@@ -47,7 +48,7 @@ func TestServeRedisListener(t *testing.T) {
     fences: ["r"]
     actions: [redis.write]
 `)
-	addr := freeAddr(t)
+	addr := freeport.Addr(t)
 	e.serveGateway(t, "--redis-addr="+rd.Addr(), "--redis-listen-addr="+addr, "--cert-file="+e.srv.CertFile, "--key-file="+e.srv.KeyFile,
 		"--trusted-ca-file="+e.ca.File, "--policy-file="+policyFile)
 	tok := e.lead(t, "r", "alice")

@@ -11,6 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 	"github.com/fencegate/fencegate/election/zookeeper/throwaway"
 )
 
@@ -42,7 +43,7 @@ func TestDevZooKeeper(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	etcdAddr, grpcAddr, httpAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	etcdAddr, grpcAddr, httpAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var stdout, stderr syncBuffer

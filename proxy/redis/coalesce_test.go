@@ -157,3 +157,12 @@ func onePoolSlot() Config {
 	cfg.PoolSize = 1
 	return cfg
 }
+
+// TestIsNoScriptAllocatesNothingOnSuccess: every write of a pipelined
+// batch asks whether its reply was NOSCRIPT; for the common answer, no
+// error, that must not cost an allocation.
+func TestIsNoScriptAllocatesNothingOnSuccess(t *testing.T) {
+	if n := testing.AllocsPerRun(100, func() { _ = isNoScript(nil) }); n != 0 {
+		t.Errorf("isNoScript(nil): %v allocations, want 0", n)
+	}
+}

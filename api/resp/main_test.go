@@ -85,6 +85,12 @@ func newEnv(t *testing.T, cfg resp.Config) *env {
 // options.
 func newEnvWith(t *testing.T, cfg resp.Config, opts proxy.Options) *env {
 	t.Helper()
+	return newEnvRedis(t, cfg, opts, redis.DefaultConfig())
+}
+
+// newEnvRedis is newEnvWith with the Redis backend's configuration.
+func newEnvRedis(t *testing.T, cfg resp.Config, opts proxy.Options, rcfg redis.Config) *env {
+	t.Helper()
 	ctx := t.Context()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -105,7 +111,7 @@ func newEnvWith(t *testing.T, cfg resp.Config, opts proxy.Options) *env {
 			t.Fatal("watch not synced")
 		}
 	}
-	rd, err := redis.Open(ctx, redisServer.Addr(), redis.DefaultConfig())
+	rd, err := redis.Open(ctx, redisServer.Addr(), rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -273,35 +273,9 @@ func errorText(err error, single bool) string {
 	return string(r.Reason) + " fencegate: " + msg
 }
 
-// reply writes a data command's reply. Lua hands status replies back as
-// strings, so the commands that answer with a status are known by name.
-func (s *session) reply(args []string, v any) {
-	if str, ok := v.(string); ok && statusReply(args) {
-		s.w.status(str)
-		return
-	}
-	s.w.value(v)
-}
-
-func statusReply(args []string) bool {
-	var buf [8]byte
-	switch upper(args[0], &buf) {
-	case "SET":
-		for _, a := range args[3:] {
-			if strings.EqualFold(a, "GET") {
-				return false
-			}
-		}
-		return true
-	case "SETEX", "PSETEX", "MSET", "HMSET", "LSET", "LTRIM", "RENAME", "TYPE", "RESTORE", "PFMERGE":
-		return true
-	}
-	return false
-}
-
 // upper upper-cases a short ASCII name into buf without allocating; a
 // name longer than buf comes back empty (no command of interest is).
-func upper(s string, buf *[8]byte) string {
+func upper(s string, buf *[16]byte) string {
 	if len(s) > len(buf) {
 		return ""
 	}
@@ -338,7 +312,7 @@ const (
 )
 
 func kindOf(name string) kind {
-	var buf [8]byte
+	var buf [16]byte
 	switch upper(name, &buf) {
 	case "PING":
 		return kindPing

@@ -62,6 +62,27 @@ func (w *writer) null() {
 	_, _ = w.bw.WriteString("$-1\r\n")
 }
 
+// nullArray writes RESP2's null array, or RESP3's null.
+func (w *writer) nullArray() {
+	if w.resp3 {
+		_, _ = w.bw.WriteString("_\r\n")
+		return
+	}
+	_, _ = w.bw.WriteString("*-1\r\n")
+}
+
+// double writes a RESP3 double, given as the text Redis formats it in (the
+// same as the bulk string it sends in RESP2), or that bulk string in RESP2.
+func (w *writer) double(s string) {
+	if !w.resp3 {
+		w.bulk(s)
+		return
+	}
+	_ = w.bw.WriteByte(',')
+	_, _ = w.bw.WriteString(s)
+	_, _ = w.bw.WriteString("\r\n")
+}
+
 func (w *writer) array(n int) { w.prefixed('*', int64(n)) }
 
 // mapHeader starts a map of n pairs: a RESP3 map, or a flat array of 2n

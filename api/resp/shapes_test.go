@@ -106,19 +106,39 @@ func TestReplyShapesAsRedis(t *testing.T) {
 	e := newEnvRedis(t, resp.Config{}, proxy.Options{}, rcfg)
 
 	for _, proto := range []int{2, 3} {
-		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
-			fence := unique("shape")
-			token, _ := e.lead(t, fence)
-			viaFG := dialRaw(t, e.addr, fmt.Sprintf("HELLO %d AUTH %s %d", proto, fence, token))
-			direct := dialRaw(t, ref.Addr(), fmt.Sprintf("HELLO %d", proto))
-			for _, line := range shapeScript {
-				cmd := strings.ReplaceAll(line, "{F}", "{"+fence+"}")
-				got, want := viaFG.do(t, cmd), direct.do(t, cmd)
-				if !bytes.Equal(got, want) {
-					t.Errorf("%s\n fencegate: %q\n     Redis: %q", line, got, want)
-				}
+		// One command at a time, and the whole script in one pipeline:
+		// fencegate runs a pipeline's commands as one fenced write, and
+		// when one of them fails runs the others again around it, so each
+		// must still get Redis's answer.
+		for _, pipelined := range []bool{false, true} {
+			name := fmt.Sprintf("RESP%d", proto)
+			if pipelined {
+				name += " pipelined"
 			}
-		})
+			t.Run(name, func(t *testing.T) {
+				fence := unique("shape")
+				token, _ := e.lead(t, fence)
+				viaFG := dialRaw(t, e.addr, fmt.Sprintf("HELLO %d AUTH %s %d", proto, fence, token))
+				direct := dialRaw(t, ref.Addr(), fmt.Sprintf("HELLO %d", proto))
+				cmds := make([]string, len(shapeScript))
+				for i, line := range shapeScript {
+					cmds[i] = strings.ReplaceAll(line, "{F}", "{"+fence+"}")
+				}
+				var got, want [][]byte
+				if pipelined {
+					got, want = viaFG.pipeline(t, cmds), direct.pipeline(t, cmds)
+				} else {
+					for _, cmd := range cmds {
+						got, want = append(got, viaFG.do(t, cmd)), append(want, direct.do(t, cmd))
+					}
+				}
+				for i, line := range shapeScript {
+					if !bytes.Equal(got[i], want[i]) {
+						t.Errorf("%s\n fencegate: %q\n     Redis: %q", line, got[i], want[i])
+					}
+				}
+			})
+		}
 	}
 }
 
@@ -145,21 +165,33 @@ func dialRaw(t *testing.T, addr, hello string) *rawConn {
 // do sends cmd, split on spaces, as a RESP array and returns its reply.
 func (rc *rawConn) do(t *testing.T, cmd string) []byte {
 	t.Helper()
-	args := strings.Fields(cmd)
+	return rc.pipeline(t, []string{cmd})[0]
+}
+
+// pipeline sends cmds in one write and returns their replies.
+func (rc *rawConn) pipeline(t *testing.T, cmds []string) [][]byte {
+	t.Helper()
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "*%d\r\n", len(args))
-	for _, a := range args {
-		fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+	for _, cmd := range cmds {
+		args := strings.Fields(cmd)
+		fmt.Fprintf(&b, "*%d\r\n", len(args))
+		for _, a := range args {
+			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
+		}
 	}
 	_ = rc.c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := rc.c.Write(b.Bytes()); err != nil {
-		t.Fatalf("%s: %v", cmd, err)
+		t.Fatalf("%s: %v", cmds[0], err)
 	}
-	reply, err := readRawReply(rc.r)
-	if err != nil {
-		t.Fatalf("%s: %v", cmd, err)
+	replies := make([][]byte, len(cmds))
+	for i, cmd := range cmds {
+		reply, err := readRawReply(rc.r)
+		if err != nil {
+			t.Fatalf("%s: %v", cmd, err)
+		}
+		replies[i] = reply
 	}
-	return reply
+	return replies
 }
 
 // readRawReply reads one whole RESP2 or RESP3 reply.

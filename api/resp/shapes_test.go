@@ -26,8 +26,8 @@ var optionalCommands = []string{
 	"ZRANGESTORE", "XREVRANGE", "SETBIT", "GETBIT", "BITCOUNT", "PFADD",
 }
 
-// shapeScript is a session of data commands whose replies must be the
-// bytes Redis itself sends, in RESP2 and in RESP3. {F} is the fence's
+// shapeScript is a session of commands whose replies must be the bytes
+// Redis itself sends, in RESP2 and in RESP3. {F} is the fence's
 // hash tag. Every reply is deterministic: random picks are made from one
 // element, and expirations are read only when there are none.
 var shapeScript = []string{
@@ -84,6 +84,8 @@ var shapeScript = []string{
 	"ZADD {F}:zc xx incr 1 a", "ZADD {F}:zc 1 INCR", "ZADD {F}:zc incr 2 INCR", "ZRANGE {F}:zc 0 -1 withscores",
 	"ZRANGEBYSCORE {F}:zc -inf +inf LIMIT 0 1 WITHSCORES", "ZRANGE {F}:zc 0 -1 LIMIT 0 1",
 	"HRANDFIELD {F}:h1 -1 withvalues", "lpop {F}:missing 1",
+	// commands fencegate answers itself
+	"PING", "PING hello", "ECHO hi", "SELECT 0", "CLIENT SETNAME shape", "CLIENT GETNAME",
 	// a transaction's replies
 	"MULTI", "HGETALL {F}:h", "ZSCORE {F}:zz e", "LPOP {F}:missing 2", "SMEMBERS {F}:sa", "SET {F}:t v", "EXEC",
 	// Redis's own errors

@@ -52,6 +52,7 @@ type config struct {
 	gateArgs     string
 	pgConns      int
 	gateProcs    int
+	gateGodebug  string
 	command      string
 }
 
@@ -99,6 +100,7 @@ func parseConfig(args []string) (config, error) {
 	fs.BoolVar(&cfg.etcdNoFsync, "etcd-nofsync", false, "run the embedded etcd without fsync")
 	fs.StringVar(&cfg.gateArgs, "fencegate-args", "", "extra space-separated flags for fencegate serve")
 	fs.IntVar(&cfg.gateProcs, "fencegate-gomaxprocs", 0, "GOMAXPROCS of the fencegate processes (0: Go's default, the machine's CPUs)")
+	fs.StringVar(&cfg.gateGodebug, "fencegate-godebug", "", "GODEBUG of the fencegate processes only, e.g. schedtrace=2000000000 as deploy/container/Dockerfile sets it (empty: the bench's own environment)")
 	fs.IntVar(&cfg.pgConns, "pg-conns", 2*runtime.NumCPU(), "fencegate's PostgreSQL pool (--postgres-max-conns); 0 keeps fencegate's default; 2 × CPUs is PostgreSQL's rule of thumb for a server with this many cores")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: fencebench [flags]\n\nCompares fencegate's write path with direct PostgreSQL and Redis writes on servers it starts itself.\n\nFlags:\n")

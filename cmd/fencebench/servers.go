@@ -294,6 +294,10 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env, name stri
 	if cfg.gateProcs > 0 {
 		g.cmd.Env = append(g.cmd.Env, "GOMAXPROCS="+strconv.Itoa(cfg.gateProcs))
 	}
+	if cfg.gateGodebug != "" {
+		// Appended last, so it is the value the runtime reads.
+		g.cmd.Env = append(g.cmd.Env, "GODEBUG="+cfg.gateGodebug)
+	}
 	g.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := g.cmd.Start(); err != nil {
 		return nil, err

@@ -20,3 +20,12 @@ func TestKindOfAllocs(t *testing.T) {
 		}
 	}
 }
+
+// TestShapeOfShortCommands: a command too short for its options (which
+// never gets a reply from Redis, only an error) does not make shapeOf
+// panic.
+func TestShapeOfShortCommands(t *testing.T) {
+	for _, args := range [][]string{{}, {"SET"}, {"set", "k"}, {"ZADD"}, {"ZRANGE", "k", "0"}, {"HRANDFIELD"}, {"ZPOPMIN"}, {"LPOP"}} {
+		_ = shapeOf(args)
+	}
+}

@@ -27,10 +27,13 @@ const (
 
 // shapeOf returns the shape of the reply to args, a data command.
 func shapeOf(args []string) shape {
+	if len(args) == 0 {
+		return shapePlain
+	}
 	var buf [16]byte
 	switch upper(args[0], &buf) {
 	case "SET":
-		if hasWord(args[3:], "GET") {
+		if hasWord(after(args, 3), "GET") {
 			return shapePlain
 		}
 		return shapeStatus
@@ -54,7 +57,7 @@ func shapeOf(args []string) shape {
 		// ZADD ... INCR answers with the new score (or nil), otherwise with
 		// a count; a member named INCR gets the count, an integer, which
 		// reply writes as it is.
-		if hasWord(args[2:], "INCR") {
+		if hasWord(after(args, 2), "INCR") {
 			return shapeDouble
 		}
 	case "ZMSCORE":
@@ -65,7 +68,7 @@ func shapeOf(args []string) shape {
 		}
 		return shapeScorePair
 	case "ZRANGE", "ZRANGEBYSCORE", "ZREVRANGE":
-		if hasWord(args[4:], "WITHSCORES") {
+		if hasWord(after(args, 4), "WITHSCORES") {
 			return shapeScorePairs
 		}
 	case "HRANDFIELD":
@@ -74,6 +77,16 @@ func shapeOf(args []string) shape {
 		}
 	}
 	return shapePlain
+}
+
+// after returns the arguments from index i on. Replies come only for
+// commands that passed the arity check, but a short command must not panic
+// here.
+func after(args []string, i int) []string {
+	if i >= len(args) {
+		return nil
+	}
+	return args[i:]
 }
 
 // hasWord reports whether args holds word, in any case.

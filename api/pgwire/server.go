@@ -13,6 +13,14 @@
 // (PgBouncer's outstanding-request queue): a refused check fails the
 // transaction. The decision on the token is the pipeline's
 // (proxy.Gateway.AdmitSQL), shared with gRPC and HTTP.
+//
+// The client gets a process id and cancel key of fencegate's
+// (BackendKeyData), mapped to its server connection's: a CancelRequest
+// with them cancels that connection's statement, and no other key reaches
+// it. A notification the session's own server connection sent carries
+// that process id too, so a client tells its own notifications apart as
+// libpq documents (be_pid against PQbackendPID); SELECT pg_backend_pid()
+// still answers the server's.
 package pgwire
 
 import (

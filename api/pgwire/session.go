@@ -3,6 +3,7 @@ package pgwire
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"net"
 	"strconv"
@@ -63,7 +64,8 @@ type session struct {
 	ctx            context.Context
 	fence, user    string
 	token          string // raw, as the client gave it
-	cancelPID      uint32
+	cancelPID      uint32 // the process id the client was given (BackendKeyData)
+	serverPID      uint32 // the server connection's own
 	closeOnce      sync.Once
 	doneOnce       sync.Once
 
@@ -299,6 +301,9 @@ func (c *session) serverLoop() error {
 		}
 		switch t {
 		case 'A', 'S', 'N': // notification, parameter status, notice: not replies
+			if t == 'A' {
+				c.ownNotification(body)
+			}
 			if err := c.toClient(raw); err != nil {
 				return err
 			}
@@ -313,6 +318,18 @@ func (c *session) serverLoop() error {
 				return err
 			}
 		}
+	}
+}
+
+// ownNotification gives a NotificationResponse that this session's own
+// server connection sent the process id the client knows its connection
+// by, fencegate's (BackendKeyData), in place: in a direct session the two
+// are the same, and clients skip the notifications they sent themselves
+// by comparing them. Other sessions' notifications keep their servers'
+// process ids.
+func (c *session) ownNotification(body []byte) {
+	if c.serverPID != 0 && len(body) >= 4 && binary.BigEndian.Uint32(body) == c.serverPID {
+		binary.BigEndian.PutUint32(body, c.cancelPID)
 	}
 }
 

@@ -262,6 +262,25 @@ func TestSessionState(t *testing.T) {
 	if err != nil || n.Payload != "hello" {
 		t.Fatalf("got %v, %v, want the notification", n, err)
 	}
+	var adminPID uint32
+	if err := e.admin.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&adminPID); err != nil {
+		t.Fatal(err)
+	}
+	if n.PID != adminPID {
+		t.Errorf("another session's notification: got process id %d, want its sender's, %d", n.PID, adminPID)
+	}
+	// A client knows its own notifications by the process id of its
+	// connection (pgx's PgConn().PID(), libpq's PQbackendPID), as in a
+	// direct session.
+	if _, err := c.Exec(ctx, "NOTIFY jobs_done, 'self'"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err = c.WaitForNotification(wctx); err != nil || n.Payload != "self" {
+		t.Fatalf("got %v, %v, want the session's own notification", n, err)
+	}
+	if n.PID != c.PgConn().PID() {
+		t.Errorf("the session's own notification: got process id %d, want its connection's, %d", n.PID, c.PgConn().PID())
+	}
 	if _, err := c.Exec(ctx, "SET application_name = 'through-fencegate'"); err != nil {
 		t.Fatal(err)
 	}

@@ -451,7 +451,7 @@ func (c *session) afterLogin() error {
 			if err != nil {
 				return err
 			}
-			c.cancelPID = pid
+			c.cancelPID, c.serverPID = pid, binary.BigEndian.Uint32(body)
 			kd, _ := (&pgproto3.BackendKeyData{ProcessID: pid, SecretKey: secret}).Encode(nil)
 			c.cw.Write(kd)
 		case 'N':

@@ -1,6 +1,9 @@
 package resp
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 // TestKindOfAllocs: classifying a command, on every command, allocates
 // nothing.
@@ -27,5 +30,21 @@ func TestKindOfAllocs(t *testing.T) {
 func TestShapeOfShortCommands(t *testing.T) {
 	for _, args := range [][]string{{}, {"SET"}, {"set", "k"}, {"ZADD"}, {"ZRANGE", "k", "0"}, {"HRANDFIELD"}, {"ZPOPMIN"}, {"LPOP"}} {
 		_ = shapeOf(args)
+	}
+}
+
+// TestDoubleNeverSplitsTheStream: a text with a line end written as a
+// double stays one bulk string reply.
+func TestDoubleNeverSplitsTheStream(t *testing.T) {
+	var b strings.Builder
+	w := newWriter(&b)
+	w.resp3 = true
+	w.double("1.5")
+	w.double("1\r\n:7")
+	if err := w.flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := b.String(), ",1.5\r\n$5\r\n1\r\n:7\r\n"; got != want {
+		t.Errorf("got %q, want %q", got, want)
 	}
 }

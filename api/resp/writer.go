@@ -73,8 +73,11 @@ func (w *writer) nullArray() {
 
 // double writes a RESP3 double, given as the text Redis formats it in (the
 // same as the bulk string it sends in RESP2), or that bulk string in RESP2.
+// A text with a line end, which no double has, stays a bulk string: a
+// value taken for a score by mistake must not end the reply early and
+// write the rest as replies of its own.
 func (w *writer) double(s string) {
-	if !w.resp3 {
+	if !w.resp3 || strings.ContainsAny(s, "\r\n") {
 		w.bulk(s)
 		return
 	}

@@ -34,7 +34,8 @@ func extended(name string, msgs ...pgproto3.FrontendMessage) relayStep {
 // byte, for each: the simple and extended protocols, named and unnamed
 // statements and portals, row limits (PortalSuspended), binary results,
 // errors inside a pipeline, notices, COPY in both directions, explicit
-// transactions and reported settings. fencegate inserts its check into
+// transactions and savepoints, reported settings, SQL prepared statements
+// and messages larger than the listener's buffers. fencegate inserts its check into
 // every transaction and drops the check's replies; nothing of it may show.
 // BackendKeyData (fencegate's own) is not compared.
 func TestRelayAsDirect(t *testing.T) {
@@ -102,6 +103,22 @@ func TestRelayAsDirect(t *testing.T) {
 		query("SELECT string_agg(v, ',' ORDER BY v) FROM relay_t WHERE v LIKE 'c%'"),
 		query("COPY (SELECT v FROM relay_t WHERE v LIKE 'c%' ORDER BY v) TO STDOUT"),
 		query("RESET application_name"),
+		// messages larger than the listener's read buffers, both ways
+		query("SELECT repeat('x', 300000) AS big"),
+		extended("large parameter and NULL",
+			&pgproto3.Parse{Query: "SELECT length($1::text), $2::text IS NULL"},
+			&pgproto3.Bind{Parameters: [][]byte{bytes.Repeat([]byte("y"), 300000), nil}},
+			&pgproto3.Execute{}),
+		query("SELECT * FROM relay_missing"),
+		query("BEGIN"),
+		query("SAVEPOINT s"),
+		query("INSERT INTO relay_t(v) VALUES ('sp')"),
+		query("ROLLBACK TO SAVEPOINT s"),
+		query("RELEASE s"),
+		query("COMMIT"),
+		query("PREPARE relay_q(text) AS SELECT $1 || '?'"),
+		query("EXECUTE relay_q('why')"),
+		query("DEALLOCATE relay_q"),
 	}
 
 	direct := dialPG(t, pgServer.Port(), nil)

@@ -319,10 +319,19 @@ func (e errUnknownAllow) Error() string {
 		", which fencegate cannot check (it knows the key positions of: " + strings.Join(optionalNames(), " ") + ")"
 }
 
-func optionalNames() []string {
+func optionalNames() []string { return tableNames(true) }
+
+// DefaultCommands returns the commands allowed by default, sorted.
+func DefaultCommands() []string { return tableNames(false) }
+
+// OptionalCommands returns the commands fencegate knows how to check but
+// allows only when Config.Allow names them, sorted.
+func OptionalCommands() []string { return tableNames(true) }
+
+func tableNames(optional bool) []string {
 	var names []string
 	for n, s := range commandTable {
-		if s.optional {
+		if s.optional == optional {
 			names = append(names, n)
 		}
 	}

@@ -124,7 +124,7 @@ func (s *session) reply(args []string, v any) {
 	switch sh {
 	case shapeMap:
 		if a, ok := v.([]any); ok && len(a)%2 == 0 {
-			w.prefixed('%', int64(len(a)/2))
+			w.mapHeader(len(a) / 2)
 			for _, e := range a {
 				w.value(e)
 			}
@@ -132,7 +132,7 @@ func (s *session) reply(args []string, v any) {
 		}
 	case shapeSet:
 		if a, ok := v.([]any); ok {
-			w.prefixed('~', int64(len(a)))
+			w.setHeader(len(a))
 			for _, e := range a {
 				w.value(e)
 			}
@@ -165,7 +165,7 @@ func (s *session) reply(args []string, v any) {
 			}
 		}
 	case shapeScorePairs, shapePairs:
-		if a, ok := v.([]any); ok && len(a)%2 == 0 && pairsOf(a, sh == shapeScorePairs) {
+		if a, ok := v.([]any); ok && len(a)%2 == 0 && (sh == shapePairs || scoresAt(a)) {
 			w.array(len(a) / 2)
 			for i := 0; i < len(a); i += 2 {
 				w.array(2)
@@ -182,12 +182,9 @@ func (s *session) reply(args []string, v any) {
 	w.value(v)
 }
 
-// pairsOf reports whether a, a flat array of pairs, has a string in every
-// second place when scores is set.
-func pairsOf(a []any, scores bool) bool {
-	if !scores {
-		return true
-	}
+// scoresAt reports whether a, a flat array of pairs, has a string (a
+// score) in every second place.
+func scoresAt(a []any) bool {
 	for i := 1; i < len(a); i += 2 {
 		if _, ok := a[i].(string); !ok {
 			return false

@@ -98,6 +98,15 @@ func (w *writer) mapHeader(n int) {
 	w.array(2 * n)
 }
 
+// setHeader starts a set of n members: a RESP3 set, or an array in RESP2.
+func (w *writer) setHeader(n int) {
+	if w.resp3 {
+		w.prefixed('~', int64(n))
+		return
+	}
+	w.array(n)
+}
+
 // value writes a reply as proxy/redis returns it: string, int64, nil or
 // []any of those. Strings are bulk strings.
 func (w *writer) value(v any) {

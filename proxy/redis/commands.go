@@ -316,10 +316,8 @@ type errUnknownAllow string
 
 func (e errUnknownAllow) Error() string {
 	return "redis: Allow names " + strconv.Quote(string(e)) +
-		", which fencegate cannot check (it knows the key positions of: " + strings.Join(optionalNames(), " ") + ")"
+		", which fencegate cannot check (it knows the key positions of: " + strings.Join(OptionalCommands(), " ") + ")"
 }
-
-func optionalNames() []string { return tableNames(true) }
 
 // DefaultCommands returns the commands allowed by default, sorted.
 func DefaultCommands() []string { return tableNames(false) }

@@ -20,7 +20,7 @@ import (
 //	go test -run '^$' -fuzz FuzzKeys -fuzztime 3m ./proxy/redis/
 func FuzzKeys(f *testing.F) {
 	cfg := DefaultConfig()
-	cfg.Allow = optionalNames()
+	cfg.Allow = OptionalCommands()
 	cfg.MaxValueBytes, cfg.MaxReplyBytes = 64, 256
 	b, err := newBackend("fuzz", cfg)
 	if err != nil {

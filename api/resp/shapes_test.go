@@ -172,12 +172,28 @@ func (rc *rawConn) do(t *testing.T, cmd string) []byte {
 	return rc.pipeline(t, []string{cmd})[0]
 }
 
-// pipeline sends cmds in one write and returns their replies.
+// doArgs sends one command given as its arguments and returns its reply.
+func (rc *rawConn) doArgs(t *testing.T, args ...string) []byte {
+	t.Helper()
+	return rc.send(t, [][]string{args})[0]
+}
+
+// pipeline sends cmds, each split on spaces, in one write and returns
+// their replies.
 func (rc *rawConn) pipeline(t *testing.T, cmds []string) [][]byte {
 	t.Helper()
+	split := make([][]string, len(cmds))
+	for i, cmd := range cmds {
+		split[i] = strings.Fields(cmd)
+	}
+	return rc.send(t, split)
+}
+
+// send writes cmds as RESP arrays in one write and reads their replies.
+func (rc *rawConn) send(t *testing.T, cmds [][]string) [][]byte {
+	t.Helper()
 	var b bytes.Buffer
-	for _, cmd := range cmds {
-		args := strings.Fields(cmd)
+	for _, args := range cmds {
 		fmt.Fprintf(&b, "*%d\r\n", len(args))
 		for _, a := range args {
 			fmt.Fprintf(&b, "$%d\r\n%s\r\n", len(a), a)
@@ -185,13 +201,13 @@ func (rc *rawConn) pipeline(t *testing.T, cmds []string) [][]byte {
 	}
 	_ = rc.c.SetDeadline(time.Now().Add(10 * time.Second))
 	if _, err := rc.c.Write(b.Bytes()); err != nil {
-		t.Fatalf("%s: %v", cmds[0], err)
+		t.Fatalf("%q: %v", cmds[0], err)
 	}
 	replies := make([][]byte, len(cmds))
-	for i, cmd := range cmds {
+	for i, args := range cmds {
 		reply, err := readRawReply(rc.r)
 		if err != nil {
-			t.Fatalf("%s: %v", cmd, err)
+			t.Fatalf("%q: %v", args, err)
 		}
 		replies[i] = reply
 	}
@@ -240,4 +256,54 @@ func readRawReply(r *bufio.Reader) ([]byte, error) {
 		return out, nil
 	}
 	return line, nil // +, -, :, ",", _, #, (
+}
+
+// TestAttackProtocolInData: members, fields and values that look like RESP
+// (line ends, "+OK", ":7", ",1.5") go through every reshaped reply as the
+// bulk strings Redis sends, in both protocols, and the reply after them is
+// intact: data stored by one client cannot split another's reply stream.
+func TestAttackProtocolInData(t *testing.T) {
+	ref, err := throwaway.Start(t.Context(), throwaway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Close() })
+	rcfg := redis.DefaultConfig()
+	rcfg.Allow = redis.OptionalCommands()
+	e := newEnvRedis(t, resp.Config{}, proxy.Options{}, rcfg)
+	evil := []string{"a\r\n+OK", "b\r\n:7\r\n", "c\r\n,1.5", "d\n%1\r\n"}
+	for _, proto := range []int{2, 3} {
+		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
+			fence := unique("evil")
+			token, _ := e.lead(t, fence)
+			viaFG := dialRaw(t, e.addr, fmt.Sprintf("HELLO %d AUTH %s %d", proto, fence, token))
+			direct := dialRaw(t, ref.Addr(), fmt.Sprintf("HELLO %d", proto))
+			k := func(name string) string { return "{" + fence + "}:" + name }
+			script := [][]string{
+				{"HSET", k("h"), evil[0], evil[1], evil[2], evil[3]},
+				{"ZADD", k("z"), "1", evil[0], "2", evil[1], "3", evil[2]},
+				{"SADD", k("s"), evil[3]},
+				{"HSET", k("h1"), evil[2], evil[3]},
+				{"HGETALL", k("h")},
+				{"ZRANGE", k("z"), "0", "-1", "WITHSCORES"},
+				{"ZRANGEBYSCORE", k("z"), "-inf", "+inf", "WITHSCORES"},
+				{"ZSCORE", k("z"), evil[1]},
+				{"ZMSCORE", k("z"), evil[0], evil[3]},
+				{"SMEMBERS", k("s")},
+				{"HRANDFIELD", k("h1"), "1", "WITHVALUES"},
+				{"ZPOPMIN", k("z")},
+				{"ZPOPMAX", k("z"), "2"},
+				{"SPOP", k("s"), "1"},
+				{"SET", k("v"), evil[0]},
+				{"SET", k("v"), evil[1], "GET"},
+				{"PING"},
+			}
+			for _, args := range script {
+				got, want := viaFG.doArgs(t, args...), direct.doArgs(t, args...)
+				if !bytes.Equal(got, want) {
+					t.Errorf("%q\n fencegate: %q\n     Redis: %q", args, got, want)
+				}
+			}
+		})
+	}
 }

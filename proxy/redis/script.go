@@ -34,7 +34,13 @@ const (
 // upper-case name and its arguments.
 //
 // The token is compared as a decimal string (longer is larger, then byte
-// by byte): Lua numbers are doubles and tokens go up to 2^64-1.
+// by byte): Lua numbers are doubles and tokens go up to 2^64-1. A mark
+// equal to the token (every write of a leader after its first) skips the
+// validation and the comparison: the token is canonical decimal, checked
+// before the script is called, and Lua compares interned strings in
+// constant time. Redis's time per script run for such a write, medians of
+// five runs of INFO commandstats under redis-benchmark -P 16 -c 4: 11.4 →
+// 9.2 µs with a 9-digit token, 11.1 → 10.3 µs with a 4-digit one.
 //
 // Redis does not undo a script's earlier writes when a later command
 // fails, so every written key is snapshotted (DUMP, PTTL) before the first
@@ -57,7 +63,7 @@ const (
 const fenceScript = `#!lua
 local token = ARGV[1]
 local cur = redis.call('GET', KEYS[1])
-if cur then
+if cur and cur ~= token then
   if #cur > 20 or not string.match(cur, '^[1-9][0-9]*$') then
     return {3, string.sub(cur, 1, 64)}
   end
@@ -184,10 +190,10 @@ const leaseCheck = `local counter = redis.call('GET', KEYS[#KEYS])
 if not counter then
   return {6, false}
 end
-if #counter > 20 or not string.match(counter, '^[1-9][0-9]*$') then
-  return {8, string.sub(counter, 1, 64)}
-end
-do
+if counter ~= ARGV[1] then
+  if #counter > 20 or not string.match(counter, '^[1-9][0-9]*$') then
+    return {8, string.sub(counter, 1, 64)}
+  end
   local token = ARGV[1]
   local cmp = #token - #counter
   if cmp == 0 then
@@ -201,9 +207,8 @@ do
   end
   if cmp < 0 then
     return {5, counter}
-  elseif cmp > 0 then
-    return {6, counter}
   end
+  return {6, counter}
 end
 if redis.call('EXISTS', KEYS[#KEYS - 1]) == 0 then
   return {7, counter}

@@ -40,13 +40,17 @@ const (
 	redisDirectFenced = "redis-direct-fenced"
 	redisRESP         = "redis-resp"
 	redisTwemproxy    = "redis-twemproxy"
-	redisGRPC         = "redis-grpc"
-	redisHTTP         = "redis-http"
+	// redisTwemproxyFenced is redis-direct-fenced's script run through
+	// the same nutcracker: the two proxies on the same Redis work, as
+	// pg-bouncer-fenced is for pgbouncer.
+	redisTwemproxyFenced = "redis-twemproxy-fenced"
+	redisGRPC            = "redis-grpc"
+	redisHTTP            = "redis-http"
 )
 
 var allPaths = []string{
 	pgDirectPlain, pgDirectFenced, pgWire, pgBouncer, pgBouncerFenced, pgGRPC, pgGRPCSecure, pgHTTP, pgHTTPSecure,
-	redisDirectPlain, redisDirectFenced, redisRESP, redisTwemproxy, redisGRPC, redisGRPCSecure, redisHTTP, redisHTTPSecure,
+	redisDirectPlain, redisDirectFenced, redisRESP, redisTwemproxy, redisTwemproxyFenced, redisGRPC, redisGRPCSecure, redisHTTP, redisHTTPSecure,
 }
 
 func isPath(p string) bool {
@@ -75,7 +79,7 @@ func (e *env) proxyPID(path string) int {
 		return e.gateFor(path).pid()
 	case path == pgBouncer || path == pgBouncerFenced:
 		return e.bouncer.pid()
-	case path == redisTwemproxy:
+	case path == redisTwemproxy || path == redisTwemproxyFenced:
 		return e.twem.pid()
 	}
 	return 0
@@ -129,7 +133,8 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 
 	case redisDirectFenced:
 		// fencegate's own backend, in this process: the same EVALSHA of the
-		// same script with the same keys and arguments, no gateway.
+		// same script with the same keys and arguments, no gateway. A
+		// connection per client, so no write waits for another's.
 		rc := redis.DefaultConfig()
 		rc.PoolSize = clients
 		b, err := redis.Open(ctx, e.redisAddr, rc)
@@ -145,6 +150,44 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 			}
 		}
 		return clientSet{ops: ops, close: func() { _ = b.Close() }}, nil
+
+	case redisTwemproxyFenced:
+		// The EVALSHA redis-direct-fenced sends (fencegate's backend's
+		// Command), through nutcracker on the RESP paths' client:
+		// nutcracker answers no HELLO, which go-redis sends first.
+		b, err := redis.Open(ctx, e.redisAddr, redis.DefaultConfig())
+		if err != nil {
+			return clientSet{}, err
+		}
+		defer func() { _ = b.Close() }()
+		conns := make([]*respConn, 0, len(ops))
+		closeAll := func() {
+			for _, c := range conns {
+				_ = c.Close()
+			}
+		}
+		for i := range ops {
+			t := at(i)
+			cmds := [][]string{{"SET", redisKey(t.fence), "7"}}
+			if _, err := b.Exec(ctx, t.fence, tokenOf(t.token), cmds); err != nil { // caches the script
+				closeAll()
+				return clientSet{}, fmt.Errorf("client %d: %w", i, err)
+			}
+			cmd, err := b.Command(t.fence, tokenOf(t.token), cmds)
+			if err != nil {
+				closeAll()
+				return clientSet{}, err
+			}
+			c, err := dialRESP(ctx, e.twemAddr(), nil, cmd...)
+			if err != nil {
+				closeAll()
+				return clientSet{}, fmt.Errorf("client %d: %w", i, err)
+			}
+			c.want = []byte("*2\r\n:1\r\n+OK\r\n") // applied, SET's OK
+			conns = append(conns, c)
+			ops[i] = func(ctx context.Context) error { return c.do(ctx) }
+		}
+		return clientSet{ops: ops, close: closeAll}, nil
 
 	case redisRESP, redisTwemproxy:
 		// One connection per client, as separate workers would have; the

@@ -96,7 +96,7 @@ func reference(path string) string {
 		return pgDirectPlain
 	case redisDirectFenced:
 		return redisDirectPlain
-	case redisGRPC, redisHTTP, redisRESP:
+	case redisGRPC, redisHTTP, redisRESP, redisTwemproxyFenced:
 		return redisDirectFenced
 	case redisTwemproxy:
 		return redisDirectPlain
@@ -440,7 +440,7 @@ func (r *report) markdown(w io.Writer) {
 		fmt.Fprintf(w, "| %s | %d | %s | %.0f | %s | %.1f | %.1f | %s | %s | %s | %s | %d |\n", x.Scenario, x.Clients, x.Path, x.OpsPerSec,
 			r.ratioText(x), x.P50us, x.P99us, optf(x.CPUusPerOp, 1), optf(x.ClientCPU, 1), optf(x.BackendCPU, 1), optf(x.RSSMiB, 1), x.Errors)
 	}
-	fmt.Fprintln(w, "\n× ref: throughput over the reference path's in the same scenario and client count (pg-direct-fenced and pg-bouncer over pg-direct-plain, gateway paths (redis-resp included) and pg-bouncer-fenced over the direct fenced path of their backend, redis-twemproxy over redis-direct-plain, -secure paths (TLS, client certificates, a policy and a postgres_role) over the same path through the plain gateway; stale rows over the same path's accepted writes, distinct fences).")
+	fmt.Fprintln(w, "\n× ref: throughput over the reference path's in the same scenario and client count (pg-direct-fenced and pg-bouncer over pg-direct-plain, gateway paths (redis-resp included), pg-bouncer-fenced and redis-twemproxy-fenced over the direct fenced path of their backend, redis-twemproxy over redis-direct-plain, -secure paths (TLS, client certificates, a policy and a postgres_role) over the same path through the plain gateway; stale rows over the same path's accepted writes, distinct fences).")
 	fmt.Fprintln(w, "\n| timing | trials | p50 ms | p99 ms | max ms | note |")
 	fmt.Fprintln(w, "|---|--:|--:|--:|--:|---|")
 	for _, x := range r.timingRows() {

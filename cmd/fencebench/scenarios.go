@@ -165,9 +165,9 @@ func (b *bench) runLoads(ctx context.Context) error {
 	}
 	var paths []string
 	for _, p := range allPaths {
-		// pg-bouncer-fenced tells the proxies apart on the same work;
-		// --quick leaves it out unless named.
-		if p == pgBouncerFenced && b.cfg.quick && b.cfg.paths == "" {
+		// pg-bouncer-fenced and redis-twemproxy-fenced tell the proxies
+		// apart on the same work; --quick leaves them out unless named.
+		if (p == pgBouncerFenced || p == redisTwemproxyFenced) && b.cfg.quick && b.cfg.paths == "" {
 			continue
 		}
 		if b.cfg.wantsPath(p) {

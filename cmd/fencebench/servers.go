@@ -120,7 +120,7 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 			return nil, err
 		}
 	}
-	if cfg.wants("load") && cfg.wantsPath(redisTwemproxy) {
+	if cfg.wants("load") && (cfg.wantsPath(redisTwemproxy) || cfg.wantsPath(redisTwemproxyFenced)) {
 		if e.twem, err = startTwemproxy(ctx, e.redisAddr); err != nil {
 			return nil, err
 		}

@@ -2,9 +2,11 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -138,6 +140,9 @@ type respConn struct {
 	c   net.Conn
 	br  *bufio.Reader
 	cmd []byte
+	// want, when set, is the whole reply cmd must get (a fenced script's
+	// array); without it a one-line reply is read.
+	want, got []byte
 }
 
 // dialRESP connects to addr, sending auth (e.g. AUTH fence token) first
@@ -188,6 +193,16 @@ func (r *respConn) do(ctx context.Context) error {
 	if _, err := r.c.Write(r.cmd); err != nil {
 		return err
 	}
+	if r.want != nil {
+		var err error
+		if r.got, err = r.reply(r.got[:0]); err != nil {
+			return err
+		}
+		if !bytes.Equal(r.got, r.want) {
+			return fmt.Errorf("reply %q, want %q", r.got, r.want)
+		}
+		return nil
+	}
 	line, err := r.br.ReadSlice('\n')
 	if err != nil {
 		return err
@@ -196,6 +211,38 @@ func (r *respConn) do(ctx context.Context) error {
 		return errReply(strings.TrimRight(string(line[1:]), "\r\n"))
 	}
 	return nil
+}
+
+// reply reads one RESP2 reply, nested arrays included, and appends its
+// bytes to dst.
+func (r *respConn) reply(dst []byte) ([]byte, error) {
+	line, err := r.br.ReadSlice('\n')
+	if err != nil {
+		return dst, err
+	}
+	dst = append(dst, line...)
+	if len(line) < 3 || (line[0] != '$' && line[0] != '*') {
+		return dst, nil
+	}
+	n, err := strconv.Atoi(string(line[1 : len(line)-2]))
+	if err != nil {
+		return dst, fmt.Errorf("malformed reply %q", line)
+	}
+	if line[0] == '$' {
+		if n < 0 {
+			return dst, nil
+		}
+		at := len(dst)
+		dst = append(dst, make([]byte, n+2)...)
+		_, err = io.ReadFull(r.br, dst[at:])
+		return dst, err
+	}
+	for range n {
+		if dst, err = r.reply(dst); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
 }
 
 func (r *respConn) Close() error { return r.c.Close() }

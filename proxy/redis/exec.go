@@ -39,12 +39,7 @@ import (
 // wait; after the script was sent that is BACKEND_UNAVAILABLE with an
 // unknown outcome.
 func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [][]string) ([]any, error) {
-	p, r := b.check(fence, t, TokenKey(fence), cmds)
-	if r == nil && b.cfg.Leases != nil {
-		if lk, ok := b.cfg.Leases(fence); ok {
-			r = p.withLease(fence, t, lk)
-		}
-	}
+	p, r := b.planOf(fence, t, cmds)
 	if r != nil {
 		return nil, r
 	}
@@ -57,6 +52,18 @@ func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [
 		return nil, b.unavailable(fence, t, c.err)
 	}
 	return b.reply(fence, t, len(cmds), c.res)
+}
+
+// planOf checks a write and lays it out for its script (leaseScript for a
+// fence of a Redis lease).
+func (b *Backend) planOf(fence string, t tokens.Token, cmds [][]string) (plan, *tokens.RefusalError) {
+	p, r := b.check(fence, t, TokenKey(fence), cmds)
+	if r == nil && b.cfg.Leases != nil {
+		if lk, ok := b.cfg.Leases(fence); ok {
+			r = p.withLease(fence, t, lk)
+		}
+	}
+	return p, r
 }
 
 // maxBatch bounds the writes sent in one round trip.
@@ -276,4 +283,25 @@ func jsonValue(v any) any {
 	default:
 		return fmt.Sprint(v)
 	}
+}
+
+// Command returns the command Exec sends for a write of cmds with token t,
+// as its arguments: EVALSHA, the script's SHA1, the number of keys, the
+// keys and the script's arguments. It is for tools that send the same
+// fenced write themselves (fencebench's redis-twemproxy-fenced path sends
+// it through nutcracker). The script must be in the server's script cache,
+// where an Exec against the server puts it. Its refusals are Exec's before
+// anything is sent.
+func (b *Backend) Command(fence string, t tokens.Token, cmds [][]string) ([]string, error) {
+	p, r := b.planOf(fence, t, cmds)
+	if r != nil {
+		return nil, r
+	}
+	out := make([]string, 0, 3+len(p.keys)+len(p.args))
+	out = append(out, "EVALSHA", p.script().Hash(), strconv.Itoa(len(p.keys)))
+	out = append(out, p.keys...)
+	for _, a := range p.args {
+		out = append(out, fmt.Sprint(a))
+	}
+	return out, nil
 }

@@ -571,3 +571,50 @@ func TestExecAfterClose(t *testing.T) {
 		t.Errorf("closed backend: got outcome %q, want none (%v)", got, err)
 	}
 }
+
+// TestCommandIsExecsWrite sends Command's EVALSHA itself and finds Exec's
+// outcome: the write applied and the mark raised, then a stale token
+// refused with nothing written.
+func TestCommandIsExecsWrite(t *testing.T) {
+	ctx := t.Context()
+	db := admin(t)
+	fence := unique("command")
+	execOK(t, fence, 5, []string{"SET", key(fence, "a"), "1"}) // caches the script
+
+	send := func(tok tokens.Token, v string) any {
+		t.Helper()
+		cmd, err := backend.Command(fence, tok, [][]string{{"set", key(fence, "a"), v}})
+		if err != nil {
+			t.Fatalf("Command: %v", err)
+		}
+		if cmd[0] != "EVALSHA" || cmd[1] != script.Hash() {
+			t.Fatalf("Command: got %q, want EVALSHA %s …", cmd[:2], script.Hash())
+		}
+		args := make([]any, len(cmd))
+		for i, a := range cmd {
+			args[i] = a
+		}
+		res, err := db.Do(ctx, args...).Result()
+		if err != nil {
+			t.Fatalf("%q: %v", cmd, err)
+		}
+		return res
+	}
+	if got, want := send(9, "2"), []any{int64(replyOK), "OK"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("token 9: got %#v, want %#v", got, want)
+	}
+	if hw := highWater(t, fence); hw != 9 {
+		t.Fatalf("high-water: got %d, want 9", hw)
+	}
+	if got, want := send(7, "3"), []any{int64(replyStale), "9"}; !reflect.DeepEqual(got, want) {
+		t.Fatalf("token 7: got %#v, want %#v", got, want)
+	}
+	if v := db.Get(ctx, key(fence, "a")).Val(); v != "2" {
+		t.Fatalf("value: got %q, want 2", v)
+	}
+	if _, err := backend.Command(fence, 9, [][]string{{"BLPOP", key(fence, "a"), "0"}}); err == nil {
+		t.Fatal("Command of BLPOP: got nil, want a refusal")
+	} else {
+		refusal(t, err, tokens.ReasonCommandNotAllowed)
+	}
+}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"syscall"
 	"time"
+
+	"github.com/fencegate/fencegate/election"
 )
 
 // A fault hurts the cluster and, before it returns, heals it (continues,
@@ -166,8 +168,9 @@ func (c *campaign) killLeader(ctx context.Context) (string, bool, error) {
 	return fmt.Sprintf("%s killed, %s restarted after %s", name, w.name(), d.Round(time.Millisecond)), true, nil
 }
 
-// partitionLeader cuts the leader off from etcd (it still reaches
-// fencegate and the backend) past its TTL, then heals the partition.
+// partitionLeader cuts the leader off from its election, etcd and the
+// --source's servers (it still reaches fencegate and the backend), past
+// its TTL, then heals the partition.
 func (c *campaign) partitionLeader(ctx context.Context) (string, bool, error) {
 	w := c.liveLeader(ctx)
 	if w == nil {
@@ -182,7 +185,11 @@ func (c *campaign) partitionLeader(ctx context.Context) (string, bool, error) {
 	for _, p := range w.proxies {
 		p.Restore()
 	}
-	return fmt.Sprintf("%s cut off from etcd for %s", name, d.Round(time.Millisecond)), true, nil
+	from := "etcd"
+	if c.cfg.Source != election.SourceEtcd {
+		from = "etcd and " + c.cfg.Source
+	}
+	return fmt.Sprintf("%s cut off from %s for %s", name, from, d.Round(time.Millisecond)), true, nil
 }
 
 // killGateway SIGKILLs a fencegate replica and restarts it.

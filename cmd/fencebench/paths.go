@@ -151,47 +151,20 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 		}
 		return clientSet{ops: ops, close: func() { _ = b.Close() }}, nil
 
-	case redisTwemproxyFenced:
-		// The EVALSHA redis-direct-fenced sends (fencegate's backend's
-		// Command), through nutcracker on the RESP paths' client:
-		// nutcracker answers no HELLO, which go-redis sends first.
-		b, err := redis.Open(ctx, e.redisAddr, redis.DefaultConfig())
-		if err != nil {
-			return clientSet{}, err
-		}
-		defer func() { _ = b.Close() }()
-		conns := make([]*respConn, 0, len(ops))
-		closeAll := func() {
-			for _, c := range conns {
-				_ = c.Close()
-			}
-		}
-		for i := range ops {
-			t := at(i)
-			cmds := [][]string{{"SET", redisKey(t.fence), "7"}}
-			if _, err := b.Exec(ctx, t.fence, tokenOf(t.token), cmds); err != nil { // caches the script
-				closeAll()
-				return clientSet{}, fmt.Errorf("client %d: %w", i, err)
-			}
-			cmd, err := b.Command(t.fence, tokenOf(t.token), cmds)
-			if err != nil {
-				closeAll()
+	case redisRESP, redisTwemproxy, redisTwemproxyFenced:
+		// One connection per client, as separate workers would have, on
+		// one minimal client for the three: nutcracker answers no HELLO,
+		// which go-redis sends first. The RESP listener's clients log in
+		// with their fence and token; redis-twemproxy-fenced's send
+		// redis-direct-fenced's EVALSHA (the backend's Command).
+		var b *redis.Backend
+		if path == redisTwemproxyFenced {
+			var err error
+			if b, err = redis.Open(ctx, e.redisAddr, redis.DefaultConfig()); err != nil {
 				return clientSet{}, err
 			}
-			c, err := dialRESP(ctx, e.twemAddr(), nil, cmd...)
-			if err != nil {
-				closeAll()
-				return clientSet{}, fmt.Errorf("client %d: %w", i, err)
-			}
-			c.want = []byte("*2\r\n:1\r\n+OK\r\n") // applied, SET's OK
-			conns = append(conns, c)
-			ops[i] = func(ctx context.Context) error { return c.do(ctx) }
+			defer func() { _ = b.Close() }()
 		}
-		return clientSet{ops: ops, close: closeAll}, nil
-
-	case redisRESP, redisTwemproxy:
-		// One connection per client, as separate workers would have; the
-		// RESP listener's clients log in with their fence and token.
 		conns := make([]*respConn, 0, len(ops))
 		closeAll := func() {
 			for _, c := range conns {
@@ -200,15 +173,25 @@ func (e *env) buildOps(ctx context.Context, cfg config, path string, clients int
 		}
 		for i := range ops {
 			t := at(i)
-			addr, auth := e.twemAddr(), []string(nil)
-			if path == redisRESP {
+			addr, auth, cmd := e.twemAddr(), []string(nil), []string{"SET", redisKey(t.fence), "7"}
+			var want []byte
+			switch path {
+			case redisRESP:
 				addr, auth = e.gate.respAddr, []string{"AUTH", t.fence, strconv.FormatInt(t.token, 10)}
+			case redisTwemproxyFenced:
+				var err error
+				if cmd, err = fencedCommand(ctx, b, t, cmd); err != nil {
+					closeAll()
+					return clientSet{}, fmt.Errorf("client %d: %w", i, err)
+				}
+				want = []byte("*2\r\n:1\r\n+OK\r\n") // applied, SET's OK
 			}
-			c, err := dialRESP(ctx, addr, auth, "SET", redisKey(t.fence), "7")
+			c, err := dialRESP(ctx, addr, auth, cmd...)
 			if err != nil {
 				closeAll()
 				return clientSet{}, fmt.Errorf("client %d: %w", i, err)
 			}
+			c.want = want
 			conns = append(conns, c)
 			ops[i] = func(ctx context.Context) error { return respOutcome(c.do(ctx), stale) }
 		}
@@ -414,6 +397,16 @@ func respOutcome(err error, stale bool) error {
 		return nil
 	}
 	return err
+}
+
+// fencedCommand is the EVALSHA of t's fenced write of cmd, its script put
+// in Redis's cache by a first write through b.
+func fencedCommand(ctx context.Context, b *redis.Backend, t target, cmd []string) ([]string, error) {
+	cmds := [][]string{cmd}
+	if _, err := b.Exec(ctx, t.fence, tokenOf(t.token), cmds); err != nil {
+		return nil, err
+	}
+	return b.Command(t.fence, tokenOf(t.token), cmds)
 }
 
 // twemAddr is twemproxy's address; empty when it is not started.

@@ -203,7 +203,7 @@ func (b *bench) runLoads(ctx context.Context) error {
 		for _, p := range paths {
 			r := summarise(c.scenario, p, c.clients, *samples[p], b.env.proxyPID(p) != 0)
 			b.emit(r)
-			logf("%-9s %3d clients %-20s %9.0f ops/s  p50 %7.1f µs  p99 %8.1f µs%s", c.scenario, c.clients, p, r.OpsPerSec, r.P50us, r.P99us, errNote(r))
+			logf("%-9s %3d clients %-22s %7.0f ops/s  p50 %7.1f µs  p99 %8.1f µs%s", c.scenario, c.clients, p, r.OpsPerSec, r.P50us, r.P99us, errNote(r))
 		}
 	}
 	return nil
@@ -317,7 +317,7 @@ func (b *bench) runStale(ctx context.Context) error {
 			total.add(seen)
 			r := summarise("stale", p, n, s, true)
 			b.emit(r)
-			logf("stale     %3d clients %-20s %9.0f refusals/s  p50 %7.1f µs  p99 %8.1f µs%s", n, p, r.OpsPerSec, r.P50us, r.P99us, errNote(r))
+			logf("stale     %3d clients %-22s %7.0f refusals/s  p50 %7.1f µs  p99 %8.1f µs%s", n, p, r.OpsPerSec, r.P50us, r.P99us, errNote(r))
 		}
 	}
 	b.rep.staleBackend = total

@@ -1,55 +1,18 @@
 package main
 
-import (
-	"fmt"
-	"runtime"
-	"runtime/debug"
-)
+import "github.com/fencegate/fencegate/cmd/internal/buildinfo"
 
-// Version and Commit are stamped at build time as fencegate's are
-// (`make build`); without them the go command's build info is used.
+// Version and Commit are stamped at build time as fencegate's are (`make
+// build`; see package buildinfo).
 var (
 	Version = ""
 	Commit  = ""
 )
 
-func version() string {
-	if Version != "" {
-		return Version
-	}
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
-}
-
-func commit() string {
-	if Commit != "" {
-		return Commit
-	}
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "unknown"
-	}
-	var rev, modified string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.modified":
-			modified = s.Value
-		}
-	}
-	if rev == "" {
-		return "unknown"
-	}
-	if modified == "true" {
-		rev += "-dirty"
-	}
-	return rev
-}
+// version returns the version fencectl reports (fencectl status too).
+func version() string { return buildinfo.Version(Version) }
 
 // versionLine is what `fencectl version` prints.
 func versionLine() string {
-	return fmt.Sprintf("fencectl %s (commit %s, %s)", version(), commit(), runtime.Version())
+	return buildinfo.Line("fencectl", version(), buildinfo.Commit(Commit))
 }

@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -266,4 +269,87 @@ func TestExecuteOfPreparedCommit(t *testing.T) {
 		t.Fatalf("got rows %q, want none", e.values(t, "exe"))
 	}
 	wantCode(t, err, "FG006")
+}
+
+// TestAttackConnections: connections beyond MaxConnections are refused
+// as PostgreSQL refuses them, with 53300 after their startup message (TLS
+// negotiated first); a cancel request is still honoured; past 64 such
+// refusals at once, a connection gets the error before anything is read.
+// A freed place is taken again.
+func TestAttackConnections(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{MaxConnections: 2})
+	fence := "conns"
+	tok, _ := e.lead(t, fence)
+	a := e.connect(t, fence, tok)
+	e.connect(t, fence, tok)
+	for _, mode := range []string{"disable", "prefer"} {
+		dsn := strings.Replace(e.dsn("worker", fence, tok), "sslmode=disable", "sslmode="+mode, 1)
+		c, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			c.Close(ctx)
+			t.Fatalf("third connection, sslmode=%s: got through, want 53300", mode)
+		}
+		if pe := wantCode(t, err, "53300"); pe.Message != "sorry, too many clients already" {
+			t.Errorf("message: got %q, want PostgreSQL's", pe.Message)
+		}
+	}
+
+	// A cancel request comes on a connection of its own: still honoured.
+	errc := make(chan error, 1)
+	go func() { _, err := a.Exec(ctx, "SELECT pg_sleep(30)"); errc <- err }()
+	time.Sleep(200 * time.Millisecond)
+	if err := a.PgConn().CancelRequest(ctx); err != nil {
+		t.Fatalf("CancelRequest: %v", err)
+	}
+	select {
+	case err := <-errc:
+		wantCode(t, err, "57014")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the cancel request at the limit did not cancel the statement")
+	}
+
+	// Connections that send nothing hold the refusals in progress; the
+	// next one is answered at once.
+	var idle []net.Conn
+	defer func() {
+		for _, c := range idle {
+			c.Close()
+		}
+	}()
+	for range 64 {
+		c, err := net.Dial("tcp", e.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		idle = append(idle, c)
+	}
+	time.Sleep(100 * time.Millisecond) // the listener has accepted them
+	c, err := net.Dial("tcp", e.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+	got, err := io.ReadAll(c)
+	if err != nil || len(got) == 0 || got[0] != 'E' || !strings.Contains(string(got), "53300") {
+		t.Fatalf("connection past the refusals: got %q, %v; want an ErrorResponse 53300 and the end", got, err)
+	}
+	for _, c := range idle {
+		c.Close()
+	}
+
+	a.Close(ctx)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		c, err := pgx.Connect(ctx, e.dsn("worker", fence, tok))
+		if err == nil {
+			c.Close(ctx)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no connection accepted after one of the two closed: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }

@@ -64,6 +64,15 @@ type Config struct {
 	// StartupTimeout bounds the startup and authentication of a
 	// connection; 0 means 30 s.
 	StartupTimeout time.Duration
+	// MaxConnections bounds the client connections served, as
+	// pgbouncer's max_client_conn does; 0 means 10000. One more is
+	// answered as PostgreSQL answers one over max_connections: its TLS
+	// negotiation and startup message are read (a CancelRequest is still
+	// honoured) and it gets FATAL 53300 "sorry, too many clients already".
+	// Up to refusing such answers run at once; past them a connection
+	// gets the ErrorResponse at once, before anything is read (libpq
+	// then reports "server sent an error response during SSL exchange").
+	MaxConnections int
 	// Logger receives connection errors; nil discards them.
 	Logger *slog.Logger
 	// TermCheck, when set, names the fences whose term source is
@@ -83,6 +92,7 @@ type Server struct {
 	// peakQueued is the longest outstanding-request queue of an ended
 	// session (tests).
 	peakQueued atomic.Int64
+	open       atomic.Int64 // client connections being served
 
 	mu       sync.Mutex
 	lis      map[net.Listener]struct{}
@@ -127,6 +137,12 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	if cfg.StartupTimeout == 0 {
 		cfg.StartupTimeout = 30 * time.Second
 	}
+	if cfg.MaxConnections == 0 {
+		cfg.MaxConnections = 10000
+	}
+	if cfg.MaxConnections < 0 {
+		return nil, fmt.Errorf("pgwire: MaxConnections must not be negative, got %d", cfg.MaxConnections)
+	}
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -156,9 +172,17 @@ func (s *Server) Serve(lis net.Listener) error {
 		case err != nil:
 			return fmt.Errorf("pgwire: accept: %w", err)
 		}
+		n := s.open.Add(1)
+		if n > int64(s.cfg.MaxConnections+refusing) {
+			s.open.Add(-1)
+			s.refuse(c)
+			continue
+		}
+		full := n > int64(s.cfg.MaxConnections)
 		s.mu.Lock()
 		if s.closing {
 			s.mu.Unlock()
+			s.open.Add(-1)
 			c.Close()
 			return ErrServerClosed
 		}
@@ -166,9 +190,28 @@ func (s *Server) Serve(lis net.Listener) error {
 		s.mu.Unlock()
 		go func() {
 			defer s.connsWG.Done()
-			s.handle(c)
+			defer s.open.Add(-1)
+			s.handle(c, full)
 		}()
 	}
+}
+
+// refusing is how many connections over MaxConnections are answered after
+// their startup message at once (see MaxConnections).
+const refusing = 64
+
+// tooMany is PostgreSQL's answer to a connection over max_connections.
+// libpq and pgx also read it in place of the answer to SSLRequest (the
+// server's own reply when it cannot start a backend).
+var tooMany = fatal{code: "53300", msg: "sorry, too many clients already"}
+
+// refuse answers and closes a connection over MaxConnections+refusing,
+// before reading anything from it.
+func (s *Server) refuse(c net.Conn) {
+	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
+	_, _ = c.Write(appendError(nil, pgError{Severity: "FATAL", Code: tooMany.code, Message: tooMany.msg}))
+	c.Close()
+	s.log.Debug("pgwire: connection refused: too many clients", "peer", c.RemoteAddr().String(), "limit", s.cfg.MaxConnections)
 }
 
 // Shutdown stops accepting connections, closes idle sessions at once and

@@ -46,11 +46,12 @@ func refuseStart(code string, r tokens.Reason, format string, args ...any) *fata
 	return &fatal{code: code, msg: "fencegate: " + string(r) + ": " + fmt.Sprintf(format, args...)}
 }
 
-// handle serves one client connection.
-func (s *Server) handle(c net.Conn) {
+// handle serves one client connection; one that would be over
+// MaxConnections (full) is refused after its startup message.
+func (s *Server) handle(c net.Conn, full bool) {
 	defer c.Close()
 	_ = c.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
-	sess, client, err := s.startup(c)
+	sess, client, err := s.startup(c, full)
 	if err != nil {
 		var f *fatal
 		if errors.As(err, &f) {
@@ -100,7 +101,7 @@ func readStartup(c net.Conn) ([]byte, error) {
 // server with the client's own credentials and relays authentication.
 // A *fatal error is sent to the client as a FATAL ErrorResponse; when
 // the session is returned with an error, on its (possibly TLS) connection.
-func (s *Server) startup(c net.Conn) (*session, net.Conn, error) {
+func (s *Server) startup(c net.Conn, full bool) (*session, net.Conn, error) {
 	client := c
 	var tlsState *tls.ConnectionState
 	var sm pgproto3.StartupMessage
@@ -143,6 +144,10 @@ func (s *Server) startup(c net.Conn) (*session, net.Conn, error) {
 			}
 			return nil, client, errCancel
 		case pgproto3.ProtocolVersion30, pgproto3.ProtocolVersion32:
+			if full {
+				f := tooMany
+				return nil, client, &f
+			}
 			if err := sm.Decode(body); err != nil {
 				return nil, client, &fatal{code: "08P01", msg: "fencegate: invalid startup message: " + err.Error()}
 			}

@@ -51,6 +51,8 @@ type serveConfig struct {
 	// RedisListenAddr is the RESP (drop-in Redis) listener; off when
 	// empty.
 	RedisListenAddr string
+	// MaxClientConns bounds each drop-in listener's client connections.
+	MaxClientConns  int
 	HTTPAddr        string
 	PprofAddr       string
 	LogFormat       string
@@ -81,6 +83,7 @@ func defaultServeConfig() serveConfig {
 		LogFormat:               "text",
 		LogLevel:                "info",
 		MaxBodyBytes:            1 << 20,
+		MaxClientConns:          10000,
 		ShutdownTimeout:         10 * time.Second,
 		HTTPServer:              api.DefaultHTTPServerConfig(),
 		Security:                securityConfig{TLSMinVersion: "1.2", PolicyMode: "enforce"},
@@ -116,6 +119,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.PgListenAddr, "pg-listen-addr", c.PgListenAddr, "PostgreSQL wire-protocol listen address: unmodified PostgreSQL clients connect here, every transaction fenced (off when empty; needs --postgres-dsn)")
 	fs.StringVar(&c.RedisListenAddr, "redis-listen-addr", c.RedisListenAddr, "RESP (drop-in Redis) listen address: unmodified Redis clients connect here with AUTH <fence> <token>, every command fenced (off when empty; needs --redis-addr)")
+	fs.IntVar(&c.MaxClientConns, "max-client-conns", c.MaxClientConns, "most client connections each of --pg-listen-addr and --redis-listen-addr keeps open (pgbouncer's max_client_conn); one more is refused as the database would: PostgreSQL's 53300 too many clients, Redis's max number of clients")
 	fs.StringVar(&c.HTTPAddr, "http-addr", c.HTTPAddr, "HTTP/JSON, health and metrics listen address")
 	registerMetricsAddr(fs, &c.MetricsAddr)
 	fs.StringVar(&c.PprofAddr, "pprof-addr", c.PprofAddr, "serve Go's net/http/pprof profiles on this address (off when empty; never expose it)")
@@ -200,6 +204,9 @@ func (c *serveConfig) validate() error {
 		if c.PostgresTerm.Poll < 10*time.Millisecond {
 			return fmt.Errorf("--postgres-term-poll=%v: want at least 10ms", c.PostgresTerm.Poll)
 		}
+	}
+	if c.MaxClientConns < 1 {
+		return fmt.Errorf("--max-client-conns must be at least 1, got %d", c.MaxClientConns)
 	}
 	if c.MaxBodyBytes < 1024 {
 		return fmt.Errorf("--max-body-bytes must be at least 1024, got %d", c.MaxBodyBytes)

@@ -301,12 +301,13 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	var pgLis net.Listener
 	if cfg.PgListenAddr != "" {
 		pgs, err = pgwire.New(gw, pgwire.Config{
-			PostgresDSN:  cfg.PostgresDSN,
-			TLS:          pgwire.TLSFrom(sec.tls.Config()),
-			Insecure:     cfg.Insecure,
-			MaxFenceName: cfg.Proxy.MaxFenceName,
-			Logger:       log,
-			TermCheck:    cfg.Postgres.TermCheck,
+			PostgresDSN:    cfg.PostgresDSN,
+			TLS:            pgwire.TLSFrom(sec.tls.Config()),
+			Insecure:       cfg.Insecure,
+			MaxFenceName:   cfg.Proxy.MaxFenceName,
+			MaxConnections: cfg.MaxClientConns,
+			Logger:         log,
+			TermCheck:      cfg.Postgres.TermCheck,
 		})
 		if err == nil {
 			pgLis, err = net.Listen("tcp", cfg.PgListenAddr)
@@ -329,6 +330,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			// listener stops reading.
 			MaxBulkBytes:    cfg.Redis.MaxValueBytes,
 			MaxCommandBytes: max(8<<20, cfg.Redis.MaxValueBytes),
+			MaxConnections:  cfg.MaxClientConns,
 			Logger:          log,
 		})
 		if err == nil {

@@ -69,9 +69,9 @@ type Config struct {
 	// answered as PostgreSQL answers one over max_connections: its TLS
 	// negotiation and startup message are read (a CancelRequest is still
 	// honoured) and it gets FATAL 53300 "sorry, too many clients already".
-	// Up to refusing such answers run at once; past them a connection
-	// gets the ErrorResponse at once, before anything is read (libpq
-	// then reports "server sent an error response during SSL exchange").
+	// Up to 64 such refusals run at once; past them a connection gets the
+	// ErrorResponse at once, before anything is read (libpq then reports
+	// "server sent an error response during SSL exchange").
 	MaxConnections int
 	// Logger receives connection errors; nil discards them.
 	Logger *slog.Logger

@@ -338,6 +338,9 @@ func TestAttackConnections(t *testing.T) {
 	for _, c := range idle {
 		c.Close()
 	}
+	if _, refused := e.srv.Connections(); refused != 3 {
+		t.Errorf("refused: got %d, want 3 (the two 53300s after startup and the one at once; not the cancel)", refused)
+	}
 
 	a.Close(ctx)
 	deadline := time.Now().Add(10 * time.Second)

@@ -92,7 +92,8 @@ type Server struct {
 	// peakQueued is the longest outstanding-request queue of an ended
 	// session (tests).
 	peakQueued atomic.Int64
-	open       atomic.Int64 // client connections being served
+	open       atomic.Int64  // client connections being served
+	refused    atomic.Uint64 // answered 53300 (MaxConnections)
 
 	mu       sync.Mutex
 	lis      map[net.Listener]struct{}
@@ -208,10 +209,17 @@ var tooMany = fatal{code: "53300", msg: "sorry, too many clients already"}
 // refuse answers and closes a connection over MaxConnections+refusing,
 // before reading anything from it.
 func (s *Server) refuse(c net.Conn) {
+	s.refused.Add(1)
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = c.Write(appendError(nil, pgError{Severity: "FATAL", Code: tooMany.code, Message: tooMany.msg}))
 	c.Close()
 	s.log.Debug("pgwire: connection refused: too many clients", "peer", c.RemoteAddr().String(), "limit", s.cfg.MaxConnections)
+}
+
+// Connections returns the client connections open (those being refused
+// included) and how many were refused at MaxConnections.
+func (s *Server) Connections() (open int64, refused uint64) {
+	return s.open.Load(), s.refused.Load()
 }
 
 // Shutdown stops accepting connections, closes idle sessions at once and

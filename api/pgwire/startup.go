@@ -145,6 +145,7 @@ func (s *Server) startup(c net.Conn, full bool) (*session, net.Conn, error) {
 			return nil, client, errCancel
 		case pgproto3.ProtocolVersion30, pgproto3.ProtocolVersion32:
 			if full {
+				s.refused.Add(1)
 				f := tooMany
 				return nil, client, &f
 			}

@@ -330,6 +330,9 @@ func TestAttackConnections(t *testing.T) {
 	over := e.raw(t)
 	over.want("-ERR max number of clients reached")
 	over.closed()
+	if open, refused := e.srv.Connections(); open != 2 || refused != 1 {
+		t.Errorf("Connections: got %d open, %d refused; want 2, 1", open, refused)
+	}
 	a.c.Close()
 	// The server sees a's close when it next reads; wait for the place.
 	deadline := time.Now().Add(10 * time.Second)

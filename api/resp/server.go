@@ -92,13 +92,14 @@ func (c Config) withDefaults() Config {
 
 // Server serves RESP in front of the gateway's Redis backend.
 type Server struct {
-	gw     *proxy.Gateway
-	cfg    Config
-	log    *slog.Logger
-	ids    atomic.Int64
-	open   atomic.Int64    // connections being served
-	ctx    context.Context // cancelled by Close: aborts writes in flight
-	cancel context.CancelFunc
+	gw      *proxy.Gateway
+	cfg     Config
+	log     *slog.Logger
+	ids     atomic.Int64
+	open    atomic.Int64    // connections being served
+	refused atomic.Uint64   // closed at MaxConnections
+	ctx     context.Context // cancelled by Close: aborts writes in flight
+	cancel  context.CancelFunc
 
 	mu      sync.Mutex
 	lis     map[net.Listener]struct{}
@@ -184,6 +185,7 @@ func (s *Server) Serve(lis net.Listener) error {
 // refuse closes a connection over MaxConnections, telling a plain-text
 // client why as Redis does.
 func (s *Server) refuse(c net.Conn) {
+	s.refused.Add(1)
 	if s.cfg.TLS == nil {
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = c.Write([]byte("-ERR max number of clients reached\r\n"))
@@ -222,6 +224,12 @@ func (s *Server) handle(c net.Conn) {
 	if err := sess.serve(); err != nil {
 		s.log.Debug("resp: connection closed", "peer", c.RemoteAddr().String(), "err", err)
 	}
+}
+
+// Connections returns the client connections open and how many were
+// refused at MaxConnections.
+func (s *Server) Connections() (open int64, refused uint64) {
+	return s.open.Load(), s.refused.Load()
 }
 
 // Shutdown stops accepting connections, closes idle ones at once and every

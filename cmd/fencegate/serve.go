@@ -317,6 +317,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			httpLis.Close()
 			return fmt.Errorf("--pg-listen-addr: %w", err)
 		}
+		registerConnMetrics(reg, proxy.ProtocolPgwire, pgs.Connections)
 	}
 
 	var rs *resp.Server
@@ -344,6 +345,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			}
 			return fmt.Errorf("--redis-listen-addr: %w", err)
 		}
+		registerConnMetrics(reg, proxy.ProtocolRESP, rs.Connections)
 	}
 
 	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(2 * cfg.MaxBodyBytes),
@@ -588,6 +590,24 @@ func dialEtcd(ctx context.Context, cfg serveConfig) (*clientv3.Client, error) {
 		return nil, fmt.Errorf("etcd at %s is unreachable: %w", cfg.EtcdEndpoints, explainEtcd(ctx, cfg.endpoints(), tlsCfg, cfg.EtcdDialTimeout, err))
 	}
 	return cli, nil
+}
+
+// registerConnMetrics exports a drop-in listener's client connections
+// and its refusals at --max-client-conns, labelled with its protocol.
+func registerConnMetrics(reg prometheus.Registerer, protocol string, conns func() (int64, uint64)) {
+	labels := prometheus.Labels{"protocol": protocol}
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name:        "fencegate_client_connections",
+			Help:        "Client connections open on a drop-in listener (--pg-listen-addr, --redis-listen-addr).",
+			ConstLabels: labels,
+		}, func() float64 { open, _ := conns(); return float64(open) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name:        "fencegate_client_connections_refused_total",
+			Help:        "Client connections a drop-in listener refused at --max-client-conns.",
+			ConstLabels: labels,
+		}, func() float64 { _, refused := conns(); return float64(refused) }),
+	)
 }
 
 // registerBatchMetrics exports how many writes share a backend round trip:

@@ -3,7 +3,11 @@
 package freeport
 
 import (
+	"math/rand/v2"
 	"net"
+	"os"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -16,12 +20,27 @@ var handedOut sync.Map
 
 // Addr returns a 127.0.0.1:port address that was free a moment ago and that
 // no earlier call in this process returned.
+//
+// The port is drawn below the kernel's ephemeral range
+// (net.ipv4.ip_local_port_range), from which every outgoing connection
+// takes its local port: a port picked there (as Listen on port 0 does)
+// can be taken by a client connection of another test, or of the servers
+// it starts, between the probe and the server's own bind ("address
+// already in use"). Where the range cannot be read, the kernel picks.
 func Addr(t testing.TB) string {
 	t.Helper()
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	lo := ephemeralLow()
+	for range 1000 {
+		port := 0
+		if lo > minPort {
+			port = minPort + rand.IntN(lo-minPort)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
-			t.Fatal(err)
+			if port == 0 {
+				t.Fatal(err)
+			}
+			continue // in use
 		}
 		addr := l.Addr().String()
 		l.Close()
@@ -29,4 +48,28 @@ func Addr(t testing.TB) string {
 			return addr
 		}
 	}
+	t.Fatal("freeport: no free port found in 1000 tries")
+	return ""
+}
+
+// minPort is the lowest port Addr hands out: above the well-known and
+// most registered services' ports.
+const minPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0
+// when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }

@@ -1,0 +1,32 @@
+package freeport
+
+import (
+	"net"
+	"strconv"
+	"testing"
+)
+
+func TestAddrBelowEphemeralRange(t *testing.T) {
+	lo := ephemeralLow()
+	seen := map[string]bool{}
+	for range 50 {
+		addr := Addr(t)
+		if seen[addr] {
+			t.Fatalf("%s handed out twice", addr)
+		}
+		seen[addr] = true
+		_, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		port, _ := strconv.Atoi(p)
+		if lo > minPort && (port < minPort || port >= lo) {
+			t.Fatalf("%s: want a port in [%d, %d), below the ephemeral range", addr, minPort, lo)
+		}
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			t.Fatalf("%s is not free: %v", addr, err)
+		}
+		l.Close()
+	}
+}

@@ -125,7 +125,7 @@ func TestLivePrometheus(t *testing.T) {
 	etcdAddr, httpAddr, metricsAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
 	startProcess(t, filepath.Join(dir, "fencegate.log"), bin, "dev",
 		"--etcd-listen=http://"+etcdAddr, "--grpc-addr="+freeAddr(t), "--http-addr="+httpAddr,
-		"--pg-listen-addr="+freeAddr(t), "--metrics-addr="+metricsAddr,
+		"--pg-listen-addr="+freeAddr(t), "--redis-listen-addr="+freeAddr(t), "--metrics-addr="+metricsAddr,
 		"--cert-file="+srv.CertFile, "--key-file="+srv.KeyFile, "--token-auth-file="+tokens, "--policy-file="+policyFile)
 	plain := &http.Client{Timeout: 5 * time.Second}
 	waitFor(t, "fencegate ready on --metrics-addr", 2*time.Minute, func() error {

@@ -92,15 +92,7 @@ type Server struct {
 	// peakQueued is the longest outstanding-request queue of an ended
 	// session (tests).
 	peakQueued atomic.Int64
-	open       atomic.Int64  // client connections being served
-	refused    atomic.Uint64 // answered 53300 (MaxConnections)
-
-	mu       sync.Mutex
-	lis      map[net.Listener]struct{}
-	conns    map[*session]struct{}
-	closing  bool
-	connsWG  sync.WaitGroup
-	shutdown chan struct{}
+	conns      listen.Group[*session]
 }
 
 // target is where and how server connections are dialled.
@@ -148,8 +140,7 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{gw: gw, cfg: cfg, target: t, log: log, lis: map[net.Listener]struct{}{},
-		conns: map[*session]struct{}{}, shutdown: make(chan struct{}), cancels: cancelKeys{m: map[uint32]*cancelKey{}}}, nil
+	return &Server{gw: gw, cfg: cfg, target: t, log: log, cancels: cancelKeys{m: map[uint32]*cancelKey{}}}, nil
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
@@ -157,44 +148,19 @@ var ErrServerClosed = errors.New("pgwire: server closed")
 
 // Serve accepts connections on lis until Shutdown or Close.
 func (s *Server) Serve(lis net.Listener) error {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
+	err := s.conns.Serve(lis,
+		func(c net.Conn, open int64) bool {
+			if open > int64(s.cfg.MaxConnections+refusing) {
+				s.refuse(c)
+				return false
+			}
+			return true
+		},
+		func(c net.Conn, open int64) { s.handle(c, open > int64(s.cfg.MaxConnections)) })
+	if errors.Is(err, listen.ErrClosing) {
 		return ErrServerClosed
 	}
-	s.lis[lis] = struct{}{}
-	s.mu.Unlock()
-	var acc listen.Acceptor
-	for {
-		c, err := acc.Accept(lis, s.closingNow)
-		switch {
-		case errors.Is(err, listen.ErrClosing):
-			return ErrServerClosed
-		case err != nil:
-			return fmt.Errorf("pgwire: accept: %w", err)
-		}
-		n := s.open.Add(1)
-		if n > int64(s.cfg.MaxConnections+refusing) {
-			s.open.Add(-1)
-			s.refuse(c)
-			continue
-		}
-		full := n > int64(s.cfg.MaxConnections)
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			s.open.Add(-1)
-			c.Close()
-			return ErrServerClosed
-		}
-		s.connsWG.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.connsWG.Done()
-			defer s.open.Add(-1)
-			s.handle(c, full)
-		}()
-	}
+	return fmt.Errorf("pgwire: accept: %w", err)
 }
 
 // refusing is how many connections over MaxConnections are answered after
@@ -209,7 +175,6 @@ var tooMany = fatal{code: "53300", msg: "sorry, too many clients already"}
 // refuse answers and closes a connection over MaxConnections+refusing,
 // before reading anything from it.
 func (s *Server) refuse(c net.Conn) {
-	s.refused.Add(1)
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 	_, _ = c.Write(appendError(nil, pgError{Severity: "FATAL", Code: tooMany.code, Message: tooMany.msg}))
 	c.Close()
@@ -218,78 +183,23 @@ func (s *Server) refuse(c net.Conn) {
 
 // Connections returns the client connections open (those being refused
 // included) and how many were refused at MaxConnections.
-func (s *Server) Connections() (open int64, refused uint64) {
-	return s.open.Load(), s.refused.Load()
-}
+func (s *Server) Connections() (open int64, refused uint64) { return s.conns.Connections() }
 
 // Shutdown stops accepting connections, closes idle sessions at once and
 // every other one when its transaction ends, and waits for them until ctx
 // is done; then it closes what is left (the server rolls those
 // transactions back).
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	if !s.closing {
-		s.closing = true
-		close(s.shutdown)
-		for l := range s.lis {
-			l.Close()
-		}
-	}
-	for c := range s.conns {
-		c.closeIfIdle()
-	}
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.connsWG.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		s.Close()
-		<-done
-		return ctx.Err()
-	}
+	return s.conns.Shutdown(ctx, func() { _ = s.Close() })
 }
 
 // Close closes the listeners and every session now.
 func (s *Server) Close() error {
-	s.mu.Lock()
-	if !s.closing {
-		s.closing = true
-		close(s.shutdown)
-		for l := range s.lis {
-			l.Close()
-		}
-	}
-	for c := range s.conns {
-		c.close()
-	}
-	s.mu.Unlock()
+	s.conns.Close()
 	return nil
 }
 
-func (s *Server) track(c *session, on bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if on {
-		if s.closing {
-			return false
-		}
-		s.conns[c] = struct{}{}
-	} else {
-		delete(s.conns, c)
-	}
-	return true
-}
-
-func (s *Server) closingNow() bool {
-	select {
-	case <-s.shutdown:
-		return true
-	default:
-		return false
-	}
-}
+func (s *Server) closingNow() bool { return s.conns.Closing() }
 
 // cancelKeys maps the key data fencegate gave each client to its server
 // connection's real key, so a CancelRequest reaches the right server

@@ -116,9 +116,13 @@ func (c *session) close() {
 	})
 }
 
-// closeIfIdle closes the session if no transaction is open and nothing
+// CloseNow closes the session (Close); the server rolls back an open
+// transaction.
+func (c *session) CloseNow() { c.close() }
+
+// CloseIfIdle closes the session if no transaction is open and nothing
 // is outstanding (Shutdown).
-func (c *session) closeIfIdle() {
+func (c *session) CloseIfIdle() {
 	c.qmu.Lock()
 	idle := c.qlen == 0 && c.status == 'I'
 	c.qmu.Unlock()

@@ -66,12 +66,12 @@ func (s *Server) handle(c net.Conn, full bool) {
 		}
 		return
 	}
-	if !s.track(sess, true) {
+	if !s.conns.Track(sess, true) {
 		sess.close()
 		sess.done(ErrServerClosed)
 		return
 	}
-	defer s.track(sess, false)
+	defer s.conns.Track(sess, false)
 	_ = sess.client.SetDeadline(time.Time{})
 	_ = sess.server.SetDeadline(time.Time{})
 	sess.run()
@@ -145,7 +145,7 @@ func (s *Server) startup(c net.Conn, full bool) (*session, net.Conn, error) {
 			return nil, client, errCancel
 		case pgproto3.ProtocolVersion30, pgproto3.ProtocolVersion32:
 			if full {
-				s.refused.Add(1)
+				s.conns.Refused()
 				f := tooMany
 				return nil, client, &f
 			}

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -92,22 +91,13 @@ func (c Config) withDefaults() Config {
 
 // Server serves RESP in front of the gateway's Redis backend.
 type Server struct {
-	gw      *proxy.Gateway
-	cfg     Config
-	log     *slog.Logger
-	ids     atomic.Int64
-	open    atomic.Int64    // connections being served
-	refused atomic.Uint64   // closed at MaxConnections
-	ctx     context.Context // cancelled by Close: aborts writes in flight
-	cancel  context.CancelFunc
-
-	mu      sync.Mutex
-	lis     map[net.Listener]struct{}
-	conns   map[*session]struct{}
-	closing bool
-	connsWG sync.WaitGroup
-	// shut mirrors closing for sessions, which must not take mu.
-	shut atomic.Bool
+	gw     *proxy.Gateway
+	cfg    Config
+	log    *slog.Logger
+	ids    atomic.Int64
+	ctx    context.Context // cancelled by Close: aborts writes in flight
+	cancel context.CancelFunc
+	conns  listen.Group[*session]
 }
 
 // New returns a Server running every data command through gw.
@@ -135,7 +125,6 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Server{
 		gw: gw, cfg: cfg, log: log, ctx: ctx, cancel: cancel,
-		lis: map[net.Listener]struct{}{}, conns: map[*session]struct{}{},
 	}, nil
 }
 
@@ -144,48 +133,24 @@ var ErrServerClosed = errors.New("resp: server closed")
 
 // Serve accepts connections on lis until Shutdown or Close.
 func (s *Server) Serve(lis net.Listener) error {
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
+	err := s.conns.Serve(lis,
+		func(c net.Conn, open int64) bool {
+			if open > int64(s.cfg.MaxConnections) {
+				s.refuse(c)
+				return false
+			}
+			return true
+		},
+		func(c net.Conn, _ int64) { s.handle(c) })
+	if errors.Is(err, listen.ErrClosing) {
 		return ErrServerClosed
 	}
-	s.lis[lis] = struct{}{}
-	s.mu.Unlock()
-	var acc listen.Acceptor
-	for {
-		c, err := acc.Accept(lis, s.closingNow)
-		switch {
-		case errors.Is(err, listen.ErrClosing):
-			return ErrServerClosed
-		case err != nil:
-			return fmt.Errorf("resp: accept: %w", err)
-		}
-		if s.open.Add(1) > int64(s.cfg.MaxConnections) {
-			s.open.Add(-1)
-			s.refuse(c)
-			continue
-		}
-		s.mu.Lock()
-		if s.closing {
-			s.mu.Unlock()
-			s.open.Add(-1)
-			c.Close()
-			return ErrServerClosed
-		}
-		s.connsWG.Add(1)
-		s.mu.Unlock()
-		go func() {
-			defer s.connsWG.Done()
-			defer s.open.Add(-1)
-			s.handle(c)
-		}()
-	}
+	return fmt.Errorf("resp: accept: %w", err)
 }
 
 // refuse closes a connection over MaxConnections, telling a plain-text
 // client why as Redis does.
 func (s *Server) refuse(c net.Conn) {
-	s.refused.Add(1)
 	if s.cfg.TLS == nil {
 		_ = c.SetWriteDeadline(time.Now().Add(time.Second))
 		_, _ = c.Write([]byte("-ERR max number of clients reached\r\n"))
@@ -217,10 +182,10 @@ func (s *Server) handle(c net.Conn) {
 		caller.AuthError = "no verified client certificate (RESP clients are identified by their TLS client certificate)"
 	}
 	sess := newSession(proxy.WithProtocol(policy.NewContext(s.ctx, caller), proxy.ProtocolRESP), s, conn)
-	if !s.track(sess, true) {
+	if !s.conns.Track(sess, true) {
 		return
 	}
-	defer s.track(sess, false)
+	defer s.conns.Track(sess, false)
 	if err := sess.serve(); err != nil {
 		s.log.Debug("resp: connection closed", "peer", c.RemoteAddr().String(), "err", err)
 	}
@@ -228,69 +193,21 @@ func (s *Server) handle(c net.Conn) {
 
 // Connections returns the client connections open and how many were
 // refused at MaxConnections.
-func (s *Server) Connections() (open int64, refused uint64) {
-	return s.open.Load(), s.refused.Load()
-}
+func (s *Server) Connections() (open int64, refused uint64) { return s.conns.Connections() }
 
 // Shutdown stops accepting connections, closes idle ones at once and every
 // other one once it has answered what it read, and waits for them until ctx
 // is done; then it closes what is left.
 func (s *Server) Shutdown(ctx context.Context) error {
-	s.mu.Lock()
-	s.stopListening()
-	for c := range s.conns {
-		c.closeIfIdle()
-	}
-	s.mu.Unlock()
-	done := make(chan struct{})
-	go func() { s.connsWG.Wait(); close(done) }()
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		s.Close()
-		<-done
-		return ctx.Err()
-	}
+	return s.conns.Shutdown(ctx, func() { _ = s.Close() })
 }
 
 // Close closes the listeners and every connection now; writes in flight
 // are abandoned (their outcome is unknown to their clients).
 func (s *Server) Close() error {
-	s.mu.Lock()
-	s.stopListening()
-	for c := range s.conns {
-		c.conn.Close()
-	}
-	s.mu.Unlock()
+	s.conns.Close()
 	s.cancel()
 	return nil
 }
 
-// stopListening is called with mu held.
-func (s *Server) stopListening() {
-	if s.closing {
-		return
-	}
-	s.closing = true
-	s.shut.Store(true)
-	for l := range s.lis {
-		l.Close()
-	}
-}
-
-func (s *Server) track(c *session, on bool) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if on {
-		if s.closing {
-			return false
-		}
-		s.conns[c] = struct{}{}
-	} else {
-		delete(s.conns, c)
-	}
-	return true
-}
-
-func (s *Server) closingNow() bool { return s.shut.Load() }
+func (s *Server) closingNow() bool { return s.conns.Closing() }

@@ -172,9 +172,12 @@ func (s *session) busy() {
 	s.mu.Unlock()
 }
 
-// closeIfIdle closes a session waiting for its client; a busy one ends
+// CloseNow closes the session's connection (Close).
+func (s *session) CloseNow() { s.conn.Close() }
+
+// CloseIfIdle closes a session waiting for its client; a busy one ends
 // after answering what it has read (waitIdle).
-func (s *session) closeIfIdle() {
+func (s *session) CloseIfIdle() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.idle {

@@ -170,13 +170,13 @@ const refusing = 64
 // tooMany is PostgreSQL's answer to a connection over max_connections.
 // libpq and pgx also read it in place of the answer to SSLRequest (the
 // server's own reply when it cannot start a backend).
-var tooMany = fatal{code: "53300", msg: "sorry, too many clients already"}
+func tooMany() *fatal { return &fatal{code: "53300", msg: "sorry, too many clients already"} }
 
 // refuse answers and closes a connection over MaxConnections+refusing,
 // before reading anything from it.
 func (s *Server) refuse(c net.Conn) {
 	_ = c.SetWriteDeadline(time.Now().Add(time.Second))
-	_, _ = c.Write(appendError(nil, pgError{Severity: "FATAL", Code: tooMany.code, Message: tooMany.msg}))
+	_, _ = c.Write(tooMany().message())
 	c.Close()
 	s.log.Debug("pgwire: connection refused: too many clients", "peer", c.RemoteAddr().String(), "limit", s.cfg.MaxConnections)
 }

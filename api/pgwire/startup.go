@@ -42,6 +42,11 @@ type fatal struct{ code, msg string }
 
 func (f *fatal) Error() string { return f.msg }
 
+// message is the FATAL ErrorResponse the client gets.
+func (f *fatal) message() []byte {
+	return appendError(nil, pgError{Severity: "FATAL", Code: f.code, Message: f.msg})
+}
+
 func refuseStart(code string, r tokens.Reason, format string, args ...any) *fatal {
 	return &fatal{code: code, msg: "fencegate: " + string(r) + ": " + fmt.Sprintf(format, args...)}
 }
@@ -55,7 +60,7 @@ func (s *Server) handle(c net.Conn, full bool) {
 	if err != nil {
 		var f *fatal
 		if errors.As(err, &f) {
-			_, _ = client.Write(appendError(nil, pgError{Severity: "FATAL", Code: f.code, Message: f.msg}))
+			_, _ = client.Write(f.message())
 		}
 		if sess != nil {
 			sess.close()
@@ -145,9 +150,8 @@ func (s *Server) startup(c net.Conn, full bool) (*session, net.Conn, error) {
 			return nil, client, errCancel
 		case pgproto3.ProtocolVersion30, pgproto3.ProtocolVersion32:
 			if full {
-				s.conns.Refused()
-				f := tooMany
-				return nil, client, &f
+				s.conns.CountRefusal()
+				return nil, client, tooMany()
 			}
 			if err := sm.Decode(body); err != nil {
 				return nil, client, &fatal{code: "08P01", msg: "fencegate: invalid startup message: " + err.Error()}

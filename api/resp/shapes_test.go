@@ -89,14 +89,7 @@ var shapeScript = []string{
 // (redis-py's RESP3 parser, a map for HGETALL, doubles for ZSCORE) sees
 // what it would from Redis.
 func TestReplyShapesAsRedis(t *testing.T) {
-	ref, err := throwaway.Start(t.Context(), throwaway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ref.Close() })
-	rcfg := redis.DefaultConfig()
-	rcfg.Allow = redis.OptionalCommands()
-	e := newEnvRedis(t, resp.Config{}, proxy.Options{}, rcfg)
+	e, ref := againstRedis(t)
 
 	// Every command fencegate can allow is in the script.
 	inScript := map[string]bool{}
@@ -120,10 +113,7 @@ func TestReplyShapesAsRedis(t *testing.T) {
 				name += " pipelined"
 			}
 			t.Run(name, func(t *testing.T) {
-				fence := unique("shape")
-				token, _ := e.lead(t, fence)
-				viaFG := dialRaw(t, e.addr, fmt.Sprintf("HELLO %d AUTH %s %d", proto, fence, token))
-				direct := dialRaw(t, ref.Addr(), fmt.Sprintf("HELLO %d", proto))
+				fence, viaFG, direct := e.pair(t, ref, "shape", proto)
 				cmds := make([]string, len(shapeScript))
 				for i, line := range shapeScript {
 					cmds[i] = strings.ReplaceAll(line, "{F}", "{"+fence+"}")
@@ -150,6 +140,32 @@ func TestReplyShapesAsRedis(t *testing.T) {
 type rawConn struct {
 	c net.Conn
 	r *bufio.Reader
+}
+
+// againstRedis starts a listener with every optional command allowed and
+// a second throwaway Redis of the same build, returning the latter's
+// address: the two answer the same commands, byte for byte.
+func againstRedis(t *testing.T) (*env, string) {
+	t.Helper()
+	ref, err := throwaway.Start(t.Context(), throwaway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ref.Close() })
+	rcfg := redis.DefaultConfig()
+	rcfg.Allow = redis.OptionalCommands()
+	return newEnvRedis(t, resp.Config{}, proxy.Options{}, rcfg), ref.Addr()
+}
+
+// pair leads a new fence named after prefix and connects, in protocol
+// proto, to the listener logged in with it and to the Redis at ref.
+func (e *env) pair(t *testing.T, ref, prefix string, proto int) (fence string, viaFG, direct *rawConn) {
+	t.Helper()
+	fence = unique(prefix)
+	token, _ := e.lead(t, fence)
+	viaFG = dialRaw(t, e.addr, fmt.Sprintf("HELLO %d AUTH %s %d", proto, fence, token))
+	direct = dialRaw(t, ref, fmt.Sprintf("HELLO %d", proto))
+	return fence, viaFG, direct
 }
 
 func dialRaw(t *testing.T, addr, hello string) *rawConn {
@@ -263,21 +279,11 @@ func readRawReply(r *bufio.Reader) ([]byte, error) {
 // bulk strings Redis sends, in both protocols, and the reply after them is
 // intact: data stored by one client cannot split another's reply stream.
 func TestAttackProtocolInData(t *testing.T) {
-	ref, err := throwaway.Start(t.Context(), throwaway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { ref.Close() })
-	rcfg := redis.DefaultConfig()
-	rcfg.Allow = redis.OptionalCommands()
-	e := newEnvRedis(t, resp.Config{}, proxy.Options{}, rcfg)
+	e, ref := againstRedis(t)
 	evil := []string{"a\r\n+OK", "b\r\n:7\r\n", "c\r\n,1.5", "d\n%1\r\n"}
 	for _, proto := range []int{2, 3} {
 		t.Run(fmt.Sprintf("RESP%d", proto), func(t *testing.T) {
-			fence := unique("evil")
-			token, _ := e.lead(t, fence)
-			viaFG := dialRaw(t, e.addr, fmt.Sprintf("HELLO %d AUTH %s %d", proto, fence, token))
-			direct := dialRaw(t, ref.Addr(), fmt.Sprintf("HELLO %d", proto))
+			fence, viaFG, direct := e.pair(t, ref, "evil", proto)
 			k := func(name string) string { return "{" + fence + "}:" + name }
 			script := [][]string{
 				{"HSET", k("h"), evil[0], evil[1], evil[2], evil[3]},

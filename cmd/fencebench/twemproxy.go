@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -233,7 +234,7 @@ func (r *respConn) reply(dst []byte) ([]byte, error) {
 			return dst, nil
 		}
 		at := len(dst)
-		dst = append(dst, make([]byte, n+2)...)
+		dst = slices.Grow(dst, n+2)[:at+n+2]
 		_, err = io.ReadFull(r.br, dst[at:])
 		return dst, err
 	}

@@ -21,13 +21,13 @@ type Conn interface {
 // its count of open connections, and graceful shutdown. Its zero value is
 // ready to use; it must not be copied.
 type Group[C Conn] struct {
-	mu      sync.Mutex
-	lis     map[net.Listener]struct{}
-	conns   map[C]struct{}
-	closing bool
-	wg      sync.WaitGroup
-	// shut mirrors closing for connections, which must not take mu.
-	shut    atomic.Bool
+	mu    sync.Mutex
+	lis   map[net.Listener]struct{}
+	conns map[C]struct{}
+	wg    sync.WaitGroup
+	// closing is set under mu, and read without it by connections, which
+	// must not take mu.
+	closing atomic.Bool
 	open    atomic.Int64
 	refused atomic.Uint64
 }
@@ -40,7 +40,7 @@ type Group[C Conn] struct {
 // goroutine of its own, with the same count.
 func (g *Group[C]) Serve(lis net.Listener, admit func(c net.Conn, open int64) bool, handle func(c net.Conn, open int64)) error {
 	g.mu.Lock()
-	if g.closing {
+	if g.closing.Load() {
 		g.mu.Unlock()
 		return ErrClosing
 	}
@@ -62,7 +62,7 @@ func (g *Group[C]) Serve(lis net.Listener, admit func(c net.Conn, open int64) bo
 			continue
 		}
 		g.mu.Lock()
-		if g.closing {
+		if g.closing.Load() {
 			g.mu.Unlock()
 			g.open.Add(-1)
 			c.Close()
@@ -78,9 +78,9 @@ func (g *Group[C]) Serve(lis net.Listener, admit func(c net.Conn, open int64) bo
 	}
 }
 
-// Refused counts a connection refused after it was admitted (as pgwire
-// refuses one over its limit once it has read its startup message).
-func (g *Group[C]) Refused() { g.refused.Add(1) }
+// CountRefusal counts a connection refused after it was admitted (as
+// pgwire refuses one over its limit once it has read its startup message).
+func (g *Group[C]) CountRefusal() { g.refused.Add(1) }
 
 // Connections returns the connections open (being served, refusals in
 // progress included) and how many were refused.
@@ -97,7 +97,7 @@ func (g *Group[C]) Track(c C, on bool) bool {
 		delete(g.conns, c)
 		return true
 	}
-	if g.closing {
+	if g.closing.Load() {
 		return false
 	}
 	if g.conns == nil {
@@ -108,7 +108,7 @@ func (g *Group[C]) Track(c C, on bool) bool {
 }
 
 // Closing reports whether Shutdown or Close was called.
-func (g *Group[C]) Closing() bool { return g.shut.Load() }
+func (g *Group[C]) Closing() bool { return g.closing.Load() }
 
 // Shutdown stops accepting, closes idle connections at once and every
 // other one when it is done with what it read, and waits for them until
@@ -145,11 +145,9 @@ func (g *Group[C]) Close() {
 
 // stopListening is called with mu held.
 func (g *Group[C]) stopListening() {
-	if g.closing {
+	if g.closing.Swap(true) {
 		return
 	}
-	g.closing = true
-	g.shut.Store(true)
 	for l := range g.lis {
 		l.Close()
 	}

@@ -356,3 +356,53 @@ func TestAttackConnections(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAttackConnectionsReleased: connections that end every way a client
+// can end one at startup (closed at once, garbage, an SSLRequest then
+// nothing, a cancel request with a made-up key, a wrong fence) give their
+// place back: with MaxConnections 2, after forty of them two clients
+// still connect, and nothing stays counted.
+func TestAttackConnectionsReleased(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{MaxConnections: 2})
+	fence := "released"
+	tok, _ := e.lead(t, fence)
+	ssl := []byte{0, 0, 0, 8, 4, 210, 22, 47}                             // SSLRequest
+	cancel := []byte{0, 0, 0, 16, 4, 210, 22, 46, 0, 0, 0, 1, 0, 0, 0, 2} // CancelRequest, made-up key
+	for i := range 40 {
+		switch i % 5 {
+		case 0, 1, 2, 3:
+			c, err := net.Dial("tcp", e.addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			switch i % 5 {
+			case 1:
+				_, _ = c.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+			case 2:
+				_, _ = c.Write(ssl)
+			case 3:
+				_, _ = c.Write(cancel)
+			}
+			_ = c.SetReadDeadline(time.Now().Add(200 * time.Millisecond))
+			_, _ = c.Read(make([]byte, 64))
+			c.Close()
+		case 4:
+			if c, err := pgx.Connect(ctx, e.dsn("worker", "no such fence {", tok)); err == nil {
+				c.Close(ctx)
+				t.Fatal("a fence name with '{' got through")
+			}
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if open, _ := e.srv.Connections(); open == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			open, _ := e.srv.Connections()
+			t.Fatalf("%d connections still counted after every client left", open)
+		}
+	}
+	e.connect(t, fence, tok)
+	e.connect(t, fence, tok)
+}

@@ -348,3 +348,40 @@ func TestAttackConnections(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestAttackConnectionsReleased: connections that end every way a client
+// can end one (closed at once, a protocol error, QUIT, a refused AUTH)
+// give their place back: with MaxConnections 2, nothing stays counted after
+// each of forty of them, and two clients are served after them.
+func TestAttackConnectionsReleased(t *testing.T) {
+	e := newEnv(t, resp.Config{MaxConnections: 2})
+	for i := range 40 {
+		r := e.raw(t)
+		switch i % 4 {
+		case 1:
+			r.send("*1\r\n$-5\r\n") // a protocol error closes the connection
+			r.want("-ERR Protocol error")
+		case 2:
+			r.send(cmd("QUIT"))
+			r.want("+OK")
+		case 3:
+			r.send(cmd("AUTH", "no-such-fence", "abc"))
+			r.want("-")
+		}
+		r.c.Close()
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+			open, _ := e.srv.Connections()
+			if open == 0 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("connection %d: %d still counted after the client left", i, open)
+			}
+		}
+	}
+	for range 2 {
+		r := e.raw(t)
+		r.send(cmd("PING"))
+		r.want("+PONG")
+	}
+}

@@ -25,6 +25,9 @@
 // call), so a statement of the caller's cannot advance another fence in a
 // write fencegate has already checked.
 //
+// From version 6 advance runs one query when the token is the fence's mark
+// (a locked read of the row where it is), and version 3's path otherwise.
+//
 // Apply is idempotent and safe to run from several replicas at once: it holds
 // a PostgreSQL session advisory lock while it creates the schema and runs
 // tern (which takes its own advisory lock too), so concurrent runs apply each

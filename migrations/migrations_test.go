@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -266,6 +267,85 @@ func TestAdvanceLocking(t *testing.T) {
 	if _, err := begin(9); !errors.As(err, &pgErr) || pgErr.Code != migrations.StaleSQLState {
 		t.Fatalf("writer of term 9 after term 10 committed: got %v, want SQLSTATE %s", err, migrations.StaleSQLState)
 	}
+}
+
+// TestAdvanceWaitsThenRechecks: a writer whose token is the mark when it
+// starts, while another transaction holds the fence row to move the mark,
+// waits for that transaction and is judged against the mark it committed:
+// stale behind a raise, accepted (raising the mark again) behind a reset.
+func TestAdvanceWaitsThenRechecks(t *testing.T) {
+	dsn := freshDB(t)
+	setup := connect(t, dsn)
+	if err := migrations.Apply(t.Context(), setup); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []string{"raised", "reset"} {
+		if _, err := setup.Exec(t.Context(), "SELECT fencegate.advance($1, 9)", f); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// hold runs stmt in a transaction left open until the returned commit.
+	hold := func(stmt string, args ...any) (commit func()) {
+		tx, err := connect(t, dsn).Begin(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(t.Context(), stmt, args...); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := tx.Commit(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// writeBehind starts a writer of token 9 on fence, waits until it is
+	// blocked on a lock, runs commit and returns the writer's outcome.
+	writeBehind := func(fence string, commit func()) (int64, error) {
+		writer := connect(t, dsn)
+		var hw int64
+		done := make(chan error, 1)
+		go func() {
+			done <- writer.QueryRow(t.Context(), "SELECT fencegate.advance($1, 9)", fence).Scan(&hw)
+		}()
+		waitForLockWait(t, setup)
+		commit()
+		return hw, <-done
+	}
+
+	commit := hold("SELECT fencegate.advance('raised', 10)")
+	_, err := writeBehind("raised", commit)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != migrations.StaleSQLState || pgErr.Detail != "high_water=10" {
+		t.Errorf("token 9 behind a raise to 10: got %v, want SQLSTATE %s with high_water=10", err, migrations.StaleSQLState)
+	}
+
+	commit = hold("SELECT fencegate.reset('reset', 5)")
+	hw, err := writeBehind("reset", commit)
+	if err != nil || hw != 9 {
+		t.Errorf("token 9 behind a reset to 5: got %d, %v; want 9, nil", hw, err)
+	}
+	var mark int64
+	if err := setup.QueryRow(t.Context(), "SELECT token FROM fencegate.fences WHERE name = 'reset'").Scan(&mark); err != nil || mark != 9 {
+		t.Errorf("mark after the reset and the write: got %d, %v; want 9", mark, err)
+	}
+}
+
+// waitForLockWait returns once some session of the cluster waits for a
+// lock.
+func waitForLockWait(t *testing.T, conn *pgx.Conn) {
+	t.Helper()
+	for range 500 {
+		var waiting bool
+		if err := conn.QueryRow(t.Context(), "SELECT EXISTS (SELECT FROM pg_locks WHERE NOT granted)").Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			return
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatal("no session waited for a lock within 5s")
 }
 
 // migrateTo brings a fresh database to schema version v, as an older

@@ -149,6 +149,12 @@ func runCampaign(ctx context.Context, args []string) int {
 	}
 
 	c := &campaign{cfg: cfg, self: self, rng: rand.New(rand.NewPCG(cfg.Seed, 0xfe4ce)), held: map[*child]bool{}, source: src}
+	for _, f := range cfg.Faults {
+		if !slices.ContainsFunc(c.faults(), func(g fault) bool { return g.name == f }) {
+			fmt.Fprintf(os.Stderr, "fencechaos: --faults: %s is not a fault of --source=%s\n", f, cfg.Source)
+			return 2
+		}
+	}
 	c.logf("seed=%d backend=%s protocol=%s source=%s mode=%s duration=%s hostile=%v secure=%v fencegate=%s", cfg.Seed, cfg.Backend, cfg.Protocol, cfg.Source, cfg.Mode, cfg.Duration, c.hostile(), cfg.Secure, cfg.FencegateBin)
 	res, err := c.run(ctx)
 	if err != nil {

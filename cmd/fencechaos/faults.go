@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"syscall"
 	"time"
@@ -19,7 +20,7 @@ type fault struct {
 }
 
 func (c *campaign) faults() []fault {
-	return []fault{
+	fs := []fault{
 		{"pause-leader", c.pauseLeader},
 		{"pause-leader", c.pauseLeader},
 		{"kill-leader", c.killLeader},
@@ -31,14 +32,27 @@ func (c *campaign) faults() []fault {
 		{"kill-etcd-member", func(ctx context.Context) (string, bool, error) { return c.killEtcd(ctx, false) }},
 		{"kill-etcd-leader", func(ctx context.Context) (string, bool, error) { return c.killEtcd(ctx, true) }},
 	}
+	if c.source.faults != nil {
+		fs = append(fs, c.source.faults(c)...)
+	}
+	return fs
 }
 
 // faultNames lists the kinds of fault, for --faults.
+// Those of a --source act on its servers only (kill-zookeeper).
 func faultNames() []string {
 	var names []string
-	for _, f := range (&campaign{}).faults() {
-		if !slices.Contains(names, f.name) {
-			names = append(names, f.name)
+	add := func(fs []fault) {
+		for _, f := range fs {
+			if !slices.Contains(names, f.name) {
+				names = append(names, f.name)
+			}
+		}
+	}
+	add((&campaign{}).faults())
+	for _, name := range slices.Sorted(maps.Keys(sources)) {
+		if src := sources[name]; src.faults != nil {
+			add(src.faults(&campaign{}))
 		}
 	}
 	return names

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"slices"
 	"testing"
 	"time"
 
@@ -218,5 +219,32 @@ func TestCutProxyStall(t *testing.T) {
 	buf := make([]byte, 3)
 	if _, err := io.ReadFull(c, buf); err != nil || string(buf) != "two" {
 		t.Errorf("after release: got %q, %v; want the held answer two", buf, err)
+	}
+}
+
+// TestSourceFaults: a source's own faults are injected only in its
+// campaigns, and --faults knows them.
+func TestSourceFaults(t *testing.T) {
+	has := func(fs []fault, name string) bool {
+		return slices.ContainsFunc(fs, func(f fault) bool { return f.name == name })
+	}
+	for _, tc := range []struct {
+		source string
+		want   bool
+	}{{"etcd", false}, {"zookeeper", true}, {"redis-lease", false}, {"postgres-term", false}} {
+		src, err := lookupSource(tc.source)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := &campaign{source: src}
+		if got := has(c.faults(), "kill-zookeeper"); got != tc.want {
+			t.Errorf("--source=%s: kill-zookeeper among its faults: got %v, want %v", tc.source, got, tc.want)
+		}
+		if !has(c.faults(), "pause-leader") {
+			t.Errorf("--source=%s: pause-leader missing from its faults", tc.source)
+		}
+	}
+	if !slices.Contains(faultNames(), "kill-zookeeper") {
+		t.Errorf("faultNames: got %v, want kill-zookeeper among them", faultNames())
 	}
 }

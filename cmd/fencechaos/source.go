@@ -43,6 +43,9 @@ type chaosSource struct {
 	// ownsKey, when set, tells the keys the source keeps in the data's
 	// Redis (its leases): not stray.
 	ownsKey func(c *campaign, key string) bool
+	// faults, when set, are the source's own faults, on its servers,
+	// injected with the others.
+	faults func(c *campaign) []fault
 }
 
 // sources are the --source values, by name.

@@ -30,6 +30,9 @@ func init() {
 		leader:      zkChaos.leader,
 		campaign:    zkCampaign,
 		stop:        zkChaos.stop,
+		faults: func(c *campaign) []fault {
+			return []fault{{"kill-zookeeper", func(ctx context.Context) (string, bool, error) { return zkChaos.kill(ctx, c) }}}
+		},
 	}
 }
 
@@ -110,6 +113,29 @@ func (s *zkCampaignState) leader(_ context.Context, c *campaign) string {
 		return ""
 	}
 	return string(data)
+}
+
+// kill crashes the ZooKeeper server (SIGKILL) and restarts it on the
+// same port and data after an outage drawn between 0.5 s and twice the
+// sessions' timeout. Every session loses its connection at once, the
+// leader's and the replicas' included: careful workers end their terms,
+// reckless ones write on, and no one can be elected or verify a new term
+// until the server is back. The server keeps the sessions and their nodes
+// across the restart; sessions not resumed within their timeout then
+// expire.
+func (s *zkCampaignState) kill(ctx context.Context, c *campaign) (string, bool, error) {
+	pid := s.srv.PID()
+	s.srv.Kill()
+	down := c.between(500*time.Millisecond, 2*max(2*time.Second, c.cfg.TTL))
+	sleepFor(ctx, down)
+	start := time.Now()
+	// Restarted even when the campaign ends meanwhile: what a fault hurts,
+	// it heals.
+	if err := s.srv.Restart(context.WithoutCancel(ctx)); err != nil {
+		return "", false, err
+	}
+	return fmt.Sprintf("killed zookeeper (pid %d), down %v, back in %v (pid %d)",
+		pid, down, time.Since(start).Round(time.Millisecond), s.srv.PID()), true, nil
 }
 
 func (s *zkCampaignState) stop(*campaign) {

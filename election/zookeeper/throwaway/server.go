@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -42,10 +43,13 @@ type Options struct {
 type Server struct {
 	dir  string
 	port int
+	java string
+	opts Options
 
-	mu   sync.Mutex
-	cmd  *exec.Cmd
-	done chan struct{}
+	mu     sync.Mutex
+	cmd    *exec.Cmd // nil while stopped
+	done   chan struct{}
+	closed bool
 }
 
 // Start starts a server and waits until it serves sessions (the srvr
@@ -73,7 +77,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, fmt.Errorf("throwaway zookeeper: %w", err)
 	}
-	s := &Server{dir: dir, port: port}
+	s := &Server{dir: dir, port: port, java: java, opts: opts}
 	cfg := []string{
 		"tickTime=" + strconv.FormatInt(opts.TickTime.Milliseconds(), 10),
 		"dataDir=" + filepath.Join(dir, "data"),
@@ -87,40 +91,91 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.MaxSessionTimeout > 0 {
 		cfg = append(cfg, "maxSessionTimeout="+strconv.FormatInt(opts.MaxSessionTimeout.Milliseconds(), 10))
 	}
-	conf := filepath.Join(dir, "zoo.cfg")
-	if err := os.WriteFile(conf, []byte(strings.Join(cfg, "\n")+"\n"), 0o600); err != nil {
+	if err := os.WriteFile(s.conf(), []byte(strings.Join(cfg, "\n")+"\n"), 0o600); err != nil {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("throwaway zookeeper: %w", err)
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.startLocked(ctx); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+func (s *Server) conf() string { return filepath.Join(s.dir, "zoo.cfg") }
+
+// startLocked starts the server process on s's port and data and waits
+// until it serves sessions; on failure nothing is left running.
+func (s *Server) startLocked(ctx context.Context) error {
 	// Not CommandContext: ctx bounds the start, not the server's life.
-	cmd := exec.Command(java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-		"-Dzookeeper.log.dir="+dir, "-cp", Jar, "org.apache.zookeeper.server.ZooKeeperServerMain", conf)
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = opts.Log, opts.Log
+	cmd := exec.Command(s.java, "-Xmx256m", "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
+		"-Dzookeeper.log.dir="+s.dir, "-cp", Jar, "org.apache.zookeeper.server.ZooKeeperServerMain", s.conf())
+	cmd.Dir = s.dir
+	cmd.Stdout, cmd.Stderr = s.opts.Log, s.opts.Log
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("throwaway zookeeper: start: %w", err)
+		return fmt.Errorf("throwaway zookeeper: start: %w", err)
 	}
-	s.cmd, s.done = cmd, make(chan struct{})
-	go func() { _ = cmd.Wait(); close(s.done) }()
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
 
-	sctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	sctx, cancel := context.WithTimeout(ctx, s.opts.StartTimeout)
 	defer cancel()
 	for {
 		if serving(sctx, s.Addr()) == nil {
-			return s, nil
+			s.cmd, s.done = cmd, done
+			return nil
 		}
 		select {
-		case <-s.done:
-			s.Close()
-			return nil, errors.New("throwaway zookeeper: server exited at start")
+		case <-done:
+			return errors.New("throwaway zookeeper: server exited at start")
 		case <-sctx.Done():
-			s.Close()
-			return nil, fmt.Errorf("throwaway zookeeper: not serving: %w", sctx.Err())
+			stop(cmd, done, syscall.SIGKILL)
+			return fmt.Errorf("throwaway zookeeper: not serving: %w", sctx.Err())
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
+}
+
+// stop signals the server's process group and waits for it to exit, with
+// SIGKILL after 10 seconds.
+func stop(cmd *exec.Cmd, done <-chan struct{}, sig syscall.Signal) {
+	_ = syscall.Kill(-cmd.Process.Pid, sig)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+}
+
+// Kill stops the server with SIGKILL, as a crash would: sessions are not
+// closed, and what it had written to its data directory stays for
+// Restart. Killing a stopped server does nothing.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		stop(s.cmd, s.done, syscall.SIGKILL)
+		s.cmd, s.done = nil, nil
+	}
+}
+
+// Restart starts a server stopped by Kill again, on the same port and
+// data: its nodes, and sessions that clients resume within their timeout,
+// are as before. Restarting a running server does nothing.
+func (s *Server) Restart(ctx context.Context) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return errors.New("throwaway zookeeper: closed")
+	}
+	if s.cmd != nil {
+		return nil
+	}
+	return s.startLocked(ctx)
 }
 
 // serving asks the server the srvr four-letter command and wants its
@@ -143,13 +198,49 @@ func serving(ctx context.Context, addr string) error {
 	return nil
 }
 
+// freePort returns a port that was free a moment ago, drawn below the
+// kernel's ephemeral range (net.ipv4.ip_local_port_range) where it can:
+// Restart binds the same port again, and while the server is down a port
+// of that range can become the local port of any outgoing connection.
 func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
+	lo := ephemeralLow()
+	for range 1000 {
+		port := 0
+		if lo > minPort {
+			port = minPort + rand.IntN(lo-minPort)
+		}
+		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if err != nil {
+			if port == 0 {
+				return 0, err
+			}
+			continue // in use
+		}
+		l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, errors.New("no free port found in 1000 tries")
+}
+
+// minPort is the lowest port freePort draws.
+const minPort = 20000
+
+// ephemeralLow is the first port of the kernel's ephemeral range, or 0
+// when it cannot be read.
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) != 2 {
+		return 0
+	}
+	lo, err := strconv.Atoi(f[0])
+	if err != nil {
+		return 0
+	}
+	return lo
 }
 
 // Addr returns the server's client address, 127.0.0.1:<port>.
@@ -169,17 +260,11 @@ func (s *Server) PID() int {
 // its directory. Close is idempotent.
 func (s *Server) Close() error {
 	s.mu.Lock()
-	cmd, done := s.cmd, s.done
-	s.cmd = nil
-	s.mu.Unlock()
-	if cmd != nil {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
+	defer s.mu.Unlock()
+	if s.cmd != nil {
+		stop(s.cmd, s.done, syscall.SIGTERM)
+		s.cmd, s.done = nil, nil
 	}
+	s.closed = true
 	return os.RemoveAll(s.dir)
 }

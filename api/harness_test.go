@@ -303,9 +303,34 @@ func waitTerm(t testing.TB, r *replica, name string, rev int64) {
 
 var nonName = regexp.MustCompile(`[^A-Za-z0-9]+`)
 
-// fenceName returns a fence name of its own for the test.
+// fenceName returns a fence name of its own for the test: the same for
+// every call in one run of it, and another in each later run in the same
+// process (go test -count=N), whose backends still hold the first run's
+// marks and keys.
 func fenceName(t *testing.T) string {
-	return strings.Trim(nonName.ReplaceAllString(t.Name(), "-"), "-")
+	base := strings.Trim(nonName.ReplaceAllString(t.Name(), "-"), "-")
+	fenceRuns.Lock()
+	defer fenceRuns.Unlock()
+	r := fenceRuns.byName[base]
+	if r.t != t {
+		r = fenceRun{t: t, n: r.n + 1}
+		fenceRuns.byName[base] = r
+	}
+	if r.n == 1 {
+		return base
+	}
+	return fmt.Sprintf("%s-run%d", base, r.n)
+}
+
+// fenceRuns counts the runs of each test name for fenceName.
+var fenceRuns = struct {
+	sync.Mutex
+	byName map[string]fenceRun
+}{byName: map[string]fenceRun{}}
+
+type fenceRun struct {
+	t *testing.T
+	n int
 }
 
 // httpReply is a decoded HTTP answer: the JSON body and, for errors, the

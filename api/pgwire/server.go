@@ -149,13 +149,8 @@ var ErrServerClosed = errors.New("pgwire: server closed")
 // Serve accepts connections on lis until Shutdown or Close.
 func (s *Server) Serve(lis net.Listener) error {
 	err := s.conns.Serve(lis,
-		func(c net.Conn, open int64) bool {
-			if open > int64(s.cfg.MaxConnections+refusing) {
-				s.refuse(c)
-				return false
-			}
-			return true
-		},
+		func(open int64) bool { return open <= int64(s.cfg.MaxConnections+refusing) },
+		s.refuse,
 		func(c net.Conn, open int64) { s.handle(c, open > int64(s.cfg.MaxConnections)) })
 	if errors.Is(err, listen.ErrClosing) {
 		return ErrServerClosed

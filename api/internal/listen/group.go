@@ -34,11 +34,12 @@ type Group[C Conn] struct {
 
 // Serve accepts connections on lis until Shutdown or Close, when it
 // returns ErrClosing; any other error is Accept's. admit is called in the
-// accept loop with the connection and the number of open connections
-// counting it: it answers and closes a connection it turns away (false),
-// which is then counted as refused. handle serves an admitted one on a
-// goroutine of its own, with the same count.
-func (g *Group[C]) Serve(lis net.Listener, admit func(c net.Conn, open int64) bool, handle func(c net.Conn, open int64)) error {
+// accept loop with the number of open connections counting the new one: a
+// connection it turns away (false) is counted as refused, then given to
+// refuse, in the loop, to answer and close (so a client that sees the
+// answer finds it counted). handle serves an admitted one on a goroutine
+// of its own, with the same count.
+func (g *Group[C]) Serve(lis net.Listener, admit func(open int64) bool, refuse func(c net.Conn), handle func(c net.Conn, open int64)) error {
 	g.mu.Lock()
 	if g.closing.Load() {
 		g.mu.Unlock()
@@ -56,9 +57,10 @@ func (g *Group[C]) Serve(lis net.Listener, admit func(c net.Conn, open int64) bo
 			return err
 		}
 		n := g.open.Add(1)
-		if !admit(c, n) {
+		if !admit(n) {
 			g.open.Add(-1)
 			g.refused.Add(1)
+			refuse(c)
 			continue
 		}
 		g.mu.Lock()

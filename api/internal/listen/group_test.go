@@ -37,13 +37,8 @@ func TestGroup(t *testing.T) {
 	served := make(chan error, 1)
 	go func() {
 		served <- g.Serve(lis,
-			func(c net.Conn, open int64) bool {
-				if open > 2 {
-					c.Close()
-					return false
-				}
-				return true
-			},
+			func(open int64) bool { return open <= 2 },
+			func(c net.Conn) { c.Close() },
 			func(c net.Conn, open int64) {
 				tc := &conn{c: c, idle: open == 1}
 				if !g.Track(tc, true) {

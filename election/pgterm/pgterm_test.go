@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -122,11 +123,15 @@ func eventually(t *testing.T, s *pgterm.Source, name string, ok func(election.Te
 	return got
 }
 
+var sourceRuns atomic.Int64
+
 func TestSource(t *testing.T) {
 	for _, key := range []string{"hashtext", "hashtextextended"} {
 		t.Run(key, func(t *testing.T) {
 			s := open(t, pgterm.Config{LockKey: key})
-			name := "jobs-" + key
+			// Its own name in each run: the term table keeps earlier
+			// runs' rows (go test -count=N).
+			name := fmt.Sprintf("jobs-%s-%d", key, sourceRuns.Add(1))
 			if got := s.Term(name); got.Rev != 0 || got.Last != 0 {
 				t.Fatalf("unseen term: got %+v, want zero", got)
 			}

@@ -194,8 +194,6 @@ func (s *Server) Close() error {
 	return nil
 }
 
-func (s *Server) closingNow() bool { return s.conns.Closing() }
-
 // cancelKeys maps the key data fencegate gave each client to its server
 // connection's real key, so a CancelRequest reaches the right server
 // connection and a client cannot cancel another's with a key it saw.

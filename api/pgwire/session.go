@@ -449,7 +449,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 	notRun, c.notRun = c.notRun, nil
 	// Shutting down: an idle session ends after this ReadyForQuery; one
 	// in a transaction goes on until the transaction ends.
-	closeNow := t == 'Z' && c.qlen == 0 && c.status == 'I' && c.s.closingNow()
+	closeNow := t == 'Z' && c.qlen == 0 && c.status == 'I' && c.s.conns.Closing()
 	c.qmu.Unlock()
 
 	if refused != nil {

@@ -204,5 +204,3 @@ func (s *Server) Close() error {
 	s.cancel()
 	return nil
 }
-
-func (s *Server) closingNow() bool { return s.conns.Closing() }

@@ -68,7 +68,7 @@ func (s *session) serve() error {
 				if !s.waitIdle() {
 					return ErrServerClosed
 				}
-			} else if s.srv.closingNow() {
+			} else if s.srv.conns.Closing() {
 				// A client that never stops pipelining still ends with
 				// the server; what it sent and was not answered never ran.
 				_ = s.flush()
@@ -159,7 +159,7 @@ func (s *session) flush() error {
 func (s *session) waitIdle() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.srv.closingNow() {
+	if s.srv.conns.Closing() {
 		return false
 	}
 	s.idle = true

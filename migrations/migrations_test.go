@@ -458,6 +458,10 @@ func TestRuntimeRoleCannotMoveMarks(t *testing.T) {
 	if _, err := rt.Exec(ctx, "SELECT fencegate.advance('other', 5)"); err != nil {
 		t.Fatalf("runtime role advancing a fence: %v", err)
 	}
+	// A leader at its mark: its check takes the one-read path (006).
+	if _, err := rt.Exec(ctx, "SELECT fencegate.advance('held', 7)"); err != nil {
+		t.Fatal(err)
+	}
 	var n int
 	if err := rt.QueryRow(ctx, "SELECT count(*) FROM fencegate.fences").Scan(&n); err != nil {
 		t.Fatalf("runtime role reading the fences: %v", err)
@@ -475,6 +479,8 @@ func TestRuntimeRoleCannotMoveMarks(t *testing.T) {
 		{"grant self", "GRANT fencegate_owner TO CURRENT_USER"},
 		{"second advance", "SELECT fencegate.advance('mine', 7), fencegate.advance('other', 9223372036854775807)"},
 		{"second advance later in the transaction", "BEGIN; SELECT fencegate.advance('mine', 7); SELECT fencegate.advance('other', 9223372036854775807); COMMIT"},
+		{"second advance after one at the mark", "SELECT fencegate.advance('held', 7), fencegate.advance('other', 9223372036854775807)"},
+		{"second advance later than one at the mark", "BEGIN; SELECT fencegate.advance('held', 7); SELECT fencegate.advance('other', 9223372036854775807); COMMIT"},
 	} {
 		_, err := rt.Exec(ctx, attack.sql)
 		if err == nil {

@@ -9,11 +9,13 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/policy"
+	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
 
 func resetHTTP(t *testing.T, r *replica, fence string, mark int64) httpReply {
@@ -154,5 +156,82 @@ func TestResetOutOfReach(t *testing.T) {
 	}
 	if !strings.Contains(fmt.Sprint(got.body["message"]), "may not fence.admin") {
 		t.Fatalf("refused reset: got message %v, want one naming fence.admin", got.body["message"])
+	}
+}
+
+// TestResetPartly: the backends are reset one after the other. When Redis
+// is down, PostgreSQL's mark is lowered and the reset fails naming that,
+// so the operator knows where the fence stands; this replica keeps
+// refusing from memory, as Redis still holds the forged mark, and the
+// reset run again once Redis is back completes it.
+func TestResetPartly(t *testing.T) {
+	own, err := redisthrowaway.Start(t.Context(), redisthrowaway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { own.Close() })
+	routes, err := election.ParseRoutes("mono-*=monotonic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startReplicaWith(t, replicaConfig{watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(),
+		routes: routes, redisAddr: own.Addr()})
+	c := db(t)
+	table := ledgerTable(t, c)
+	fence := "mono-" + fenceName(t)
+	cmd := func(v string) string { return fmt.Sprintf(`{"commands":[["SET","{%s}:k",%q]]}`, fence, v) }
+	mark := func() int64 {
+		t.Helper()
+		var hw int64
+		if err := c.QueryRow(context.Background(), "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw); err != nil {
+			t.Fatal(err)
+		}
+		return hw
+	}
+	if got := execHTTP(t, r, fence, 1000, insert(table, "forger", 1000)); got.code != http.StatusOK {
+		t.Fatalf("forged 1000: got HTTP %d %s", got.code, got.reason)
+	}
+	if got := redisHTTP(t, r, fence, 1000, cmd("forged")); got.code != http.StatusOK {
+		t.Fatalf("forged 1000, redis: got HTTP %d %s", got.code, got.reason)
+	}
+
+	// A Redis that keeps its data across the outage: saved, then down.
+	oc := goredis.NewClient(&goredis.Options{Addr: own.Addr(), Protocol: 2})
+	err = oc.Save(t.Context()).Err()
+	oc.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := own.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	got := resetHTTP(t, r, fence, 8)
+	wantRefusal(t, got, http.StatusServiceUnavailable, "BACKEND_UNAVAILABLE")
+	msg, _ := got.body["message"].(string)
+	if want := "cannot reset the fence in Redis (the mark in PostgreSQL is already lowered to 8, from 1000: run the reset again when Redis answers): redis: "; !strings.Contains(msg, want) {
+		t.Fatalf("reset with Redis down: got message %q, want it to contain %q", msg, want)
+	}
+	if hw := mark(); hw != 8 {
+		t.Fatalf("postgres mark after the partial reset: got %d, want 8", hw)
+	}
+	wantRefusal(t, execHTTP(t, r, fence, 8, insert(table, "leader", 8)), http.StatusConflict, "STALE_TOKEN")
+
+	if err := own.Restart(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	// go-redis waits out its dial breaker (one probe a second) after the
+	// failed dials.
+	waitFor(t, "the reset again with Redis back", func() bool {
+		got = resetHTTP(t, r, fence, 8)
+		return got.code == http.StatusOK
+	})
+	if got.body["highWaterBefore"] != "1000" || got.body["highWater"] != "8" {
+		t.Fatalf("reset again: got %v, want highWaterBefore 1000 (Redis's), highWater 8", got.body)
+	}
+	if got := execHTTP(t, r, fence, 8, insert(table, "leader", 8)); got.code != http.StatusOK {
+		t.Fatalf("term 8 after the reset: got HTTP %d %s %v", got.code, got.reason, got.body)
+	}
+	if got := redisHTTP(t, r, fence, 8, cmd("eight")); got.code != http.StatusOK {
+		t.Fatalf("term 8 after the reset, redis: got HTTP %d %s %v", got.code, got.reason, got.body)
 	}
 }

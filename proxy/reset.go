@@ -2,7 +2,9 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy/policy"
@@ -77,16 +79,29 @@ func (g *Gateway) reset(ctx context.Context, fence string, mark tokens.Token) (R
 	type resetter interface {
 		Reset(ctx context.Context, fence string, mark tokens.Token) (tokens.Token, error)
 	}
-	for _, b := range []resetter{g.pg, g.rd} {
-		if b == nil {
+	backends := []struct {
+		name string
+		b    resetter
+	}{{"PostgreSQL", g.pg}, {"Redis", g.rd}}
+	var done []string
+	for _, be := range backends {
+		if be.b == nil {
 			continue
 		}
-		before, err := b.Reset(ctx, fence, mark)
+		before, err := be.b.Reset(ctx, fence, mark)
 		if err != nil {
-			return res, &tokens.RefusalError{Reason: tokens.ReasonBackendUnavailable, Fence: fence, Err: err,
-				Msg: "cannot reset the fence: " + err.Error()}
+			// The backends are reset one after the other: say which are
+			// done, so the operator knows the state and runs it again.
+			// Err is appended to Msg when the refusal is printed.
+			msg := "cannot reset the fence in " + be.name
+			if len(done) > 0 {
+				msg += fmt.Sprintf(" (the mark in %s is already lowered to %d, from %d: run the reset again when %s answers)",
+					strings.Join(done, " and "), min(res.Before, mark), res.Before, be.name)
+			}
+			return res, &tokens.RefusalError{Reason: tokens.ReasonBackendUnavailable, Fence: fence, Err: err, Msg: msg}
 		}
 		res.Before = max(res.Before, before)
+		done = append(done, be.name)
 	}
 	res.After = min(res.Before, mark)
 	res.TermLowered = g.LowerLocal(fence, mark)

@@ -163,7 +163,8 @@ func refusal(code int, method, path string, body []byte) error {
 	}
 	if json.Unmarshal(body, &st) == nil && st.Message != "" {
 		for _, d := range st.Details {
-			if d.Reason != "" {
+			// fencegate's refusals already lead with "fencegate: REASON: ".
+			if d.Reason != "" && !strings.HasPrefix(st.Message, "fencegate: "+d.Reason+":") {
 				return fmt.Errorf("%s %s: %s: %s (HTTP %d)", method, path, d.Reason, st.Message, code)
 			}
 		}

@@ -174,7 +174,7 @@ func (r *Router) Terms() []Term {
 			}
 		}
 	}
-	slices.SortFunc(out, func(a, b Term) int { return strings.Compare(a.Election, b.Election) })
+	slices.SortFunc(out, CompareTerms)
 	return out
 }
 
@@ -252,7 +252,7 @@ func (m *Monotonic) Terms() []Term {
 		out = append(out, monotonicTerm(name, rev))
 	}
 	m.mu.RUnlock()
-	slices.SortFunc(out, func(a, b Term) int { return strings.Compare(a.Election, b.Election) })
+	slices.SortFunc(out, CompareTerms)
 	return out
 }
 

@@ -1,5 +1,7 @@
 package election
 
+import "strings"
+
 // Term is what is known of one election's leadership at a point in etcd's
 // history.
 type Term struct {
@@ -21,6 +23,10 @@ type Term struct {
 	// ObservedRev is the etcd revision at which this state was observed.
 	ObservedRev int64
 }
+
+// CompareTerms orders terms by election name, for slices.SortFunc: the
+// order in which every source lists its terms.
+func CompareTerms(a, b Term) int { return strings.Compare(a.Election, b.Election) }
 
 // HasLeader reports whether the election had a leader when observed.
 func (t Term) HasLeader() bool { return t.Rev != 0 }

@@ -23,8 +23,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -238,12 +238,9 @@ func (s *Source) store(name string, term int64, held bool) election.Term {
 // Terms are the terms of the fences seen, by name.
 func (s *Source) Terms() []election.Term {
 	s.mu.RLock()
-	out := make([]election.Term, 0, len(s.terms))
-	for _, t := range s.terms {
-		out = append(out, t)
-	}
+	out := slices.AppendSeq(make([]election.Term, 0, len(s.terms)), maps.Values(s.terms))
 	s.mu.RUnlock()
-	slices.SortFunc(out, func(a, b election.Term) int { return strings.Compare(a.Election, b.Election) })
+	slices.SortFunc(out, election.CompareTerms)
 	return out
 }
 
@@ -267,10 +264,7 @@ func (s *Source) Run(ctx context.Context) error {
 // row is gone keeps what was known.
 func (s *Source) Refresh(ctx context.Context) error {
 	s.mu.RLock()
-	names := make([]string, 0, len(s.terms))
-	for name := range s.terms {
-		names = append(names, name)
-	}
+	names := slices.Collect(maps.Keys(s.terms))
 	s.mu.RUnlock()
 	if len(names) == 0 {
 		return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -148,12 +149,9 @@ func (s *Source) Term(name string) election.Term {
 // Terms are the terms of the fences polled, by name.
 func (s *Source) Terms() []election.Term {
 	s.mu.RLock()
-	out := make([]election.Term, 0, len(s.terms))
-	for _, t := range s.terms {
-		out = append(out, t)
-	}
+	out := slices.AppendSeq(make([]election.Term, 0, len(s.terms)), maps.Values(s.terms))
 	s.mu.RUnlock()
-	slices.SortFunc(out, func(a, b election.Term) int { return strings.Compare(a.Election, b.Election) })
+	slices.SortFunc(out, election.CompareTerms)
 	return out
 }
 
@@ -247,10 +245,7 @@ func (s *Source) Run(ctx context.Context) error {
 // pipeline.
 func (s *Source) Poll(ctx context.Context) error {
 	s.mu.RLock()
-	names := make([]string, 0, len(s.terms))
-	for name := range s.terms {
-		names = append(names, name)
-	}
+	names := slices.Collect(maps.Keys(s.terms))
 	s.mu.RUnlock()
 	if len(names) == 0 {
 		return nil

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -156,12 +157,9 @@ func (s *Source) Term(name string) election.Term {
 // Terms returns the terms of every election followed, sorted by name.
 func (s *Source) Terms() []election.Term {
 	s.mu.RLock()
-	ts := make([]election.Term, 0, len(s.terms))
-	for _, t := range s.terms {
-		ts = append(ts, t)
-	}
+	ts := slices.AppendSeq(make([]election.Term, 0, len(s.terms)), maps.Values(s.terms))
 	s.mu.RUnlock()
-	slices.SortFunc(ts, func(a, b election.Term) int { return strings.Compare(a.Election, b.Election) })
+	slices.SortFunc(ts, election.CompareTerms)
 	return ts
 }
 

@@ -97,6 +97,10 @@ func (g *Gateway) reset(ctx context.Context, fence string, mark tokens.Token) (R
 			if len(done) > 0 {
 				msg += fmt.Sprintf(" (the mark in %s is already lowered to %d, from %d: run the reset again when %s answers)",
 					strings.Join(done, " and "), min(res.Before, mark), res.Before, be.name)
+				g.log.WarnContext(ctx, "fence reset incomplete: run it again when the backend answers",
+					"fence", fence, "lowered_in", strings.Join(done, ","), "high_water_before", uint64(res.Before),
+					"high_water_after", uint64(min(res.Before, mark)), "not_reset_in", be.name, "err", err,
+					"principal", principalOf(ctx))
 			}
 			return res, &tokens.RefusalError{Reason: tokens.ReasonBackendUnavailable, Fence: fence, Err: err, Msg: msg}
 		}

@@ -137,6 +137,8 @@ type replicaConfig struct {
 	redisAddr string
 	// policy, when set, is the replica's policy (callers have no identity).
 	policy proxy.Authorizer
+	// audit, when set, gets the replica's audit records.
+	audit proxy.AuditLog
 }
 
 func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
@@ -186,7 +188,7 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 		}
 		terms = r
 	}
-	opts := proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg, Policy: rc.policy, ReadBeforeUse: rc.readBeforeUse}
+	opts := proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg, Policy: rc.policy, ReadBeforeUse: rc.readBeforeUse, Audit: rc.audit}
 	var resets *election.Resets
 	if watch {
 		resets = election.NewResets(cli, prefix+"-resets/", log)

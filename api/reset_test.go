@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
@@ -14,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/audit"
 	"github.com/fencegate/fencegate/proxy/policy"
 	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
@@ -174,8 +176,9 @@ func TestResetPartly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	var trail auditTrail
 	r := startReplicaWith(t, replicaConfig{watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(),
-		routes: routes, redisAddr: own.Addr()})
+		routes: routes, redisAddr: own.Addr(), audit: &trail})
 	c := db(t)
 	table := ledgerTable(t, c)
 	fence := "mono-" + fenceName(t)
@@ -214,6 +217,12 @@ func TestResetPartly(t *testing.T) {
 	if hw := mark(); hw != 8 {
 		t.Fatalf("postgres mark after the partial reset: got %d, want 8", hw)
 	}
+	// The audit record says where the reset took.
+	rec := trail.last(policy.ActionFenceAdmin)
+	if rec == nil || rec.Outcome != "BACKEND_UNAVAILABLE (reset in postgres only)" || rec.HighWaterBefore != 1000 || rec.HighWaterAfter != 8 {
+		t.Fatalf("audit record of the partial reset: got %+v, want outcome %q, high water 1000 → 8", rec,
+			"BACKEND_UNAVAILABLE (reset in postgres only)")
+	}
 	wantRefusal(t, execHTTP(t, r, fence, 8, insert(table, "leader", 8)), http.StatusConflict, "STALE_TOKEN")
 
 	if err := own.Restart(t.Context()); err != nil {
@@ -228,10 +237,38 @@ func TestResetPartly(t *testing.T) {
 	if got.body["highWaterBefore"] != "1000" || got.body["highWater"] != "8" {
 		t.Fatalf("reset again: got %v, want highWaterBefore 1000 (Redis's), highWater 8", got.body)
 	}
+	if rec := trail.last(policy.ActionFenceAdmin); rec == nil || rec.Outcome != "accepted" || rec.HighWaterBefore != 1000 || rec.HighWaterAfter != 8 {
+		t.Fatalf("audit record of the reset run again: got %+v, want accepted, high water 1000 → 8", rec)
+	}
 	if got := execHTTP(t, r, fence, 8, insert(table, "leader", 8)); got.code != http.StatusOK {
 		t.Fatalf("term 8 after the reset: got HTTP %d %s %v", got.code, got.reason, got.body)
 	}
 	if got := redisHTTP(t, r, fence, 8, cmd("eight")); got.code != http.StatusOK {
 		t.Fatalf("term 8 after the reset, redis: got HTTP %d %s %v", got.code, got.reason, got.body)
 	}
+}
+
+// auditTrail keeps a replica's audit records.
+type auditTrail struct {
+	mu   sync.Mutex
+	recs []audit.Record
+}
+
+func (a *auditTrail) Write(r *audit.Record) {
+	a.mu.Lock()
+	a.recs = append(a.recs, *r)
+	a.mu.Unlock()
+}
+
+// last returns the last record of action, or nil.
+func (a *auditTrail) last(action policy.Action) *audit.Record {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for i := len(a.recs) - 1; i >= 0; i-- {
+		if a.recs[i].Action == string(action) {
+			r := a.recs[i]
+			return &r
+		}
+	}
+	return nil
 }

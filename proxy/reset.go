@@ -19,6 +19,10 @@ type ResetResult struct {
 	// After (a monotonic source); sources that see their elections keep
 	// theirs.
 	TermLowered bool
+	// Reset are the backends reset (BackendPostgres, BackendRedis), in
+	// order. With an error, the backends reset before it: their marks
+	// are After, the others' unknown.
+	Reset []string
 }
 
 // Publisher tells the other replicas of a fence reset, so they lower what
@@ -58,8 +62,12 @@ func (g *Gateway) ResetFence(ctx context.Context, fence string, mark tokens.Toke
 	if g.audit != nil {
 		rec := g.auditRecord(ctx, policy.ActionFenceAdmin, -1, fence, 0, election.Term{}, res.Before, gr, start, err)
 		rec.HighWaterAfter = uint64(res.After)
-		if err != nil {
+		if err != nil && len(res.Reset) == 0 {
 			rec.HighWaterAfter = uint64(res.Before)
+		} else if err != nil {
+			// Partly done: say where, as "(outcome unknown)" says what is
+			// not known.
+			rec.Outcome += " (reset in " + strings.Join(res.Reset, ", ") + " only)"
 		}
 		g.audit.Write(rec)
 	}
@@ -80,9 +88,9 @@ func (g *Gateway) reset(ctx context.Context, fence string, mark tokens.Token) (R
 		Reset(ctx context.Context, fence string, mark tokens.Token) (tokens.Token, error)
 	}
 	backends := []struct {
-		name string
-		b    resetter
-	}{{"PostgreSQL", g.pg}, {"Redis", g.rd}}
+		id, name string
+		b        resetter
+	}{{BackendPostgres, "PostgreSQL", g.pg}, {BackendRedis, "Redis", g.rd}}
 	var done []string
 	for _, be := range backends {
 		if be.b == nil {
@@ -102,9 +110,11 @@ func (g *Gateway) reset(ctx context.Context, fence string, mark tokens.Token) (R
 					"high_water_after", uint64(min(res.Before, mark)), "not_reset_in", be.name, "err", err,
 					"principal", principalOf(ctx))
 			}
+			res.After = min(res.Before, mark)
 			return res, &tokens.RefusalError{Reason: tokens.ReasonBackendUnavailable, Fence: fence, Err: err, Msg: msg}
 		}
 		res.Before = max(res.Before, before)
+		res.Reset = append(res.Reset, be.id)
 		done = append(done, be.name)
 	}
 	res.After = min(res.Before, mark)

@@ -59,17 +59,22 @@ func (g *Gateway) ResetFence(ctx context.Context, fence string, mark tokens.Toke
 				"fence", fence, "err", perr)
 		}
 	}
+	// A partial reset: err, and the backends in res.Reset lowered to
+	// res.After (res.Before and res.After are 0 when none was).
+	partly := err != nil && len(res.Reset) > 0
 	if g.audit != nil {
 		rec := g.auditRecord(ctx, policy.ActionFenceAdmin, -1, fence, 0, election.Term{}, res.Before, gr, start, err)
 		rec.HighWaterAfter = uint64(res.After)
-		if err != nil && len(res.Reset) == 0 {
-			rec.HighWaterAfter = uint64(res.Before)
-		} else if err != nil {
-			// Partly done: say where, as "(outcome unknown)" says what is
-			// not known.
+		if partly {
+			// Say where, as "(outcome unknown)" says what is not known.
 			rec.Outcome += " (reset in " + strings.Join(res.Reset, ", ") + " only)"
 		}
 		g.audit.Write(rec)
+	}
+	if partly {
+		g.log.WarnContext(ctx, "fence reset incomplete: run it again when the backend answers",
+			"fence", fence, "lowered_in", strings.Join(res.Reset, ","), "high_water_before", uint64(res.Before),
+			"high_water_after", uint64(res.After), "err", err, "principal", principalOf(ctx))
 	}
 	if err != nil {
 		g.countRead(fence, err)
@@ -87,12 +92,10 @@ func (g *Gateway) reset(ctx context.Context, fence string, mark tokens.Token) (R
 	type resetter interface {
 		Reset(ctx context.Context, fence string, mark tokens.Token) (tokens.Token, error)
 	}
-	backends := []struct {
-		id, name string
-		b        resetter
-	}{{BackendPostgres, "PostgreSQL", g.pg}, {BackendRedis, "Redis", g.rd}}
-	var done []string
-	for _, be := range backends {
+	for _, be := range []struct {
+		id string
+		b  resetter
+	}{{BackendPostgres, g.pg}, {BackendRedis, g.rd}} {
 		if be.b == nil {
 			continue
 		}
@@ -101,25 +104,32 @@ func (g *Gateway) reset(ctx context.Context, fence string, mark tokens.Token) (R
 			// The backends are reset one after the other: say which are
 			// done, so the operator knows the state and runs it again.
 			// Err is appended to Msg when the refusal is printed.
-			msg := "cannot reset the fence in " + be.name
-			if len(done) > 0 {
-				msg += fmt.Sprintf(" (the mark in %s is already lowered to %d, from %d: run the reset again when %s answers)",
-					strings.Join(done, " and "), min(res.Before, mark), res.Before, be.name)
-				g.log.WarnContext(ctx, "fence reset incomplete: run it again when the backend answers",
-					"fence", fence, "lowered_in", strings.Join(done, ","), "high_water_before", uint64(res.Before),
-					"high_water_after", uint64(min(res.Before, mark)), "not_reset_in", be.name, "err", err,
-					"principal", principalOf(ctx))
-			}
 			res.After = min(res.Before, mark)
+			msg := "cannot reset the fence in " + backendName(be.id)
+			if len(res.Reset) > 0 {
+				done := make([]string, len(res.Reset))
+				for i, id := range res.Reset {
+					done[i] = backendName(id)
+				}
+				msg += fmt.Sprintf(" (the mark in %s is already lowered to %d, from %d: run the reset again when %s answers)",
+					strings.Join(done, " and "), res.After, res.Before, backendName(be.id))
+			}
 			return res, &tokens.RefusalError{Reason: tokens.ReasonBackendUnavailable, Fence: fence, Err: err, Msg: msg}
 		}
 		res.Before = max(res.Before, before)
 		res.Reset = append(res.Reset, be.id)
-		done = append(done, be.name)
 	}
 	res.After = min(res.Before, mark)
 	res.TermLowered = g.LowerLocal(fence, mark)
 	return res, nil
+}
+
+// backendName is how messages to people name backend id.
+func backendName(id string) string {
+	if id == BackendPostgres {
+		return "PostgreSQL"
+	}
+	return "Redis"
 }
 
 // LowerLocal lowers what this replica remembers of fence to mark: its

@@ -58,6 +58,25 @@ func (g *Gateway) AdmitSQL(ctx context.Context, fence, rawToken string) (*Admiss
 	return a, nil
 }
 
+// Ended reports whether the term this transaction was admitted under has
+// ended since, as far as this replica's memory tells, without a round
+// trip: the STALE_TOKEN refusal when a later term began (or a later token
+// wrote), TERM_ENDED when the election lost its leader; nil while the term
+// holds or memory cannot tell. A transaction still open under an ended
+// term holds the fence's row with its check, and the next term's first
+// write waits for it: the front that keeps it open ends it. Ended may be
+// called from any goroutine, before or after Done.
+func (a *Admission) Ended() *tokens.RefusalError {
+	g := a.g
+	hw := g.trackers[a.backend].HighWater(a.fence)
+	term := g.terms.Term(a.fence)
+	switch o := tokens.Decide(a.t, hw, term); o {
+	case tokens.Stale, tokens.Ended:
+		return g.refusal(o, a.fence, a.t, hw, term).(*tokens.RefusalError)
+	}
+	return nil
+}
+
 // Token is the admitted token.
 func (a *Admission) Token() tokens.Token { return a.t }
 

@@ -43,6 +43,7 @@ import (
 	"github.com/fencegate/fencegate/api/internal/listen"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
+	"github.com/fencegate/fencegate/tokens"
 )
 
 // Config configures a Server.
@@ -75,6 +76,10 @@ type Config struct {
 	MaxConnections int
 	// Logger receives connection errors; nil discards them.
 	Logger *slog.Logger
+	// EndedCheckInterval is how often the sessions with a transaction
+	// open are checked for a term that ended under them (see
+	// Server.Serve); 0 means 100 ms.
+	EndedCheckInterval time.Duration
 	// TermCheck, when set, names the fences whose term source is
 	// postgres-term: their sessions' transactions start with that fence
 	// check (fencegate.advance_term) instead of fencegate.advance.
@@ -93,6 +98,11 @@ type Server struct {
 	// session (tests).
 	peakQueued atomic.Int64
 	conns      listen.Group[*session]
+
+	sweepOnce sync.Once
+	stopOnce  sync.Once
+	stop      chan struct{}
+	sweepDone chan struct{}
 }
 
 // target is where and how server connections are dialled.
@@ -133,6 +143,9 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = 10000
 	}
+	if cfg.EndedCheckInterval == 0 {
+		cfg.EndedCheckInterval = 100 * time.Millisecond
+	}
 	if cfg.MaxConnections < 0 {
 		return nil, fmt.Errorf("pgwire: MaxConnections must not be negative, got %d", cfg.MaxConnections)
 	}
@@ -140,14 +153,25 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{gw: gw, cfg: cfg, target: t, log: log, cancels: cancelKeys{m: map[uint32]*cancelKey{}}}, nil
+	return &Server{gw: gw, cfg: cfg, target: t, log: log, cancels: cancelKeys{m: map[uint32]*cancelKey{}},
+		stop: make(chan struct{}), sweepDone: make(chan struct{})}, nil
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.
 var ErrServerClosed = errors.New("pgwire: server closed")
 
 // Serve accepts connections on lis until Shutdown or Close.
+//
+// While it serves, a transaction open under a term that has ended (this
+// replica's memory says a later term began, or the election lost its
+// leader) is ended within EndedCheckInterval: its fence check holds the
+// fence's row, and the next leader's first write would wait for it for
+// as long as the client keeps it open, a paused zombie forever. The
+// server connection closes (a running statement is cancelled), so the
+// server rolls the transaction back, and the client gets FATAL with the
+// refusal's SQLSTATE (FG001 or FG002).
 func (s *Server) Serve(lis net.Listener) error {
+	s.sweepOnce.Do(func() { go s.sweep() })
 	err := s.conns.Serve(lis,
 		func(open int64) bool { return open <= int64(s.cfg.MaxConnections+refusing) },
 		s.refuse,
@@ -185,13 +209,61 @@ func (s *Server) Connections() (open int64, refused uint64) { return s.conns.Con
 // is done; then it closes what is left (the server rolls those
 // transactions back).
 func (s *Server) Shutdown(ctx context.Context) error {
-	return s.conns.Shutdown(ctx, func() { _ = s.Close() })
+	err := s.conns.Shutdown(ctx, func() { _ = s.Close() })
+	s.stopSweep()
+	return err
 }
 
 // Close closes the listeners and every session now.
 func (s *Server) Close() error {
 	s.conns.Close()
+	s.stopSweep()
 	return nil
+}
+
+// sweep ends, every EndedCheckInterval, the transactions whose term ended
+// (Serve), until stopSweep.
+func (s *Server) sweep() {
+	defer close(s.sweepDone)
+	tick := time.NewTicker(s.cfg.EndedCheckInterval)
+	defer tick.Stop()
+	type ending struct {
+		c   *session
+		a   *proxy.Admission
+		why *tokens.RefusalError
+	}
+	var ends []ending
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-tick.C:
+		}
+		s.conns.Each(func(c *session) {
+			if a := c.live.Load(); a != nil {
+				if why := a.Ended(); why != nil {
+					ends = append(ends, ending{c, a, why})
+				}
+			}
+		})
+		for i, e := range ends {
+			go func() {
+				if e.c.endTransaction(e.a, e.why) {
+					s.log.Warn("pgwire: transaction ended with its term: rolled back, connection closed",
+						"fence", e.c.fence, "user", e.c.user, "token", e.a.Token(), "reason", e.why.Reason, "peer", e.c.client.RemoteAddr().String())
+				}
+			}()
+			ends[i] = ending{}
+		}
+		ends = ends[:0]
+	}
+}
+
+// stopSweep stops sweep and waits for it.
+func (s *Server) stopSweep() {
+	s.stopOnce.Do(func() { close(s.stop) })
+	s.sweepOnce.Do(func() { close(s.sweepDone) }) // never started
+	<-s.sweepDone
 }
 
 // cancelKeys maps the key data fencegate gave each client to its server
@@ -227,6 +299,13 @@ func (k *cancelKeys) add(serverPID uint32, serverSecret []byte) (uint32, []byte,
 			return pid, secret, nil
 		}
 	}
+}
+
+// get returns the key of the client's pid, nil if there is none.
+func (k *cancelKeys) get(pid uint32) *cancelKey {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return k.m[pid]
 }
 
 func (k *cancelKeys) remove(pid uint32) {

@@ -8,6 +8,8 @@ import (
 	"net"
 	"strconv"
 	"sync"
+	"sync/atomic"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -68,6 +70,12 @@ type session struct {
 	serverPID      uint32 // the server connection's own
 	closeOnce      sync.Once
 	doneOnce       sync.Once
+	// live is open for Server.endTransactions: stored under qmu, read
+	// without it.
+	live atomic.Pointer[proxy.Admission]
+	// killed is why fencegate ended the session's transaction (its term
+	// ended); close tells the client.
+	killed atomic.Pointer[tokens.RefusalError]
 
 	// The queue, and what S2C learnt from the server; under qmu.
 	qmu     sync.Mutex
@@ -109,11 +117,54 @@ type session struct {
 	texts []string
 }
 
+// close closes both connections: the server first, so an open
+// transaction is rolled back whatever the client does.
 func (c *session) close() {
 	c.closeOnce.Do(func() {
-		c.client.Close()
 		c.server.Close()
+		if r := c.killed.Load(); r != nil {
+			c.tellEnded(r)
+		}
+		c.client.Close()
 	})
+}
+
+// endTransaction ends the session's open transaction, admitted as a,
+// because its term ended (why): the server connection closes, so the
+// server rolls the transaction back and the fence's row is free for the
+// next term, and a statement still running is cancelled; the client gets
+// a FATAL error saying why and its connection closes. It reports false if
+// a is no longer the session's transaction, or it failed already (its
+// locks are gone: the client's ROLLBACK is due).
+func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) bool {
+	c.qmu.Lock()
+	end := c.live.Load() == a && c.status != 'E' && !c.dead && c.killed.CompareAndSwap(nil, why)
+	busy := c.qlen > 0
+	c.qmu.Unlock()
+	if !end {
+		return false
+	}
+	ck := c.s.cancels.get(c.cancelPID)
+	c.server.Close()
+	if busy && ck != nil {
+		c.s.cancel(ck)
+	}
+	c.close()
+	return true
+}
+
+// tellEnded writes the client the FATAL error of a transaction ended
+// with its term, waiting at most a second: a client that does not read
+// (a paused process) must not hold the session open.
+func (c *session) tellEnded(r *tokens.RefusalError) {
+	_ = c.client.SetWriteDeadline(time.Now().Add(time.Second)) // also frees a write S2C is blocked in
+	c.cwMu.Lock()
+	defer c.cwMu.Unlock()
+	e := refusalPgError(r)
+	e.Severity = "FATAL"
+	e.Message += "; the transaction open under it is rolled back"
+	_, _ = c.cw.Write(appendError(nil, e))
+	_ = c.cw.Flush()
 }
 
 // CloseNow closes the session (Close); the server rolls back an open
@@ -153,6 +204,7 @@ func (c *session) done(err error) {
 		}
 		c.qmu.Lock()
 		c.dead = true
+		c.live.Store(nil)
 		c.qcond.Broadcast()
 		for p := int64(c.peak); ; {
 			if old := c.s.peakQueued.Load(); old >= p || c.s.peakQueued.CompareAndSwap(old, p) {
@@ -169,7 +221,11 @@ func (c *session) done(err error) {
 		c.notRun = nil
 		c.qmu.Unlock()
 		if c.open != nil {
-			c.open.Done(nil, c.fingerprint(), c.rows) // the check passed
+			var why error // the check passed
+			if r := c.killed.Load(); r != nil {
+				why = r
+			}
+			c.open.Done(why, c.fingerprint(), c.rows)
 			c.open = nil
 		}
 		for _, a := range adms {
@@ -446,6 +502,11 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 			c.qcond.Broadcast()
 		}
 	}
+	if passed != nil {
+		c.live.Store(passed)
+	} else if ended != nil {
+		c.live.Store(nil)
+	}
 	notRun, c.notRun = c.notRun, nil
 	// Shutting down: an idle session ends after this ReadyForQuery; one
 	// in a transaction goes on until the transaction ends.
@@ -530,6 +591,11 @@ func (c *session) serr(r *tokens.RefusalError) []byte {
 
 // refusalError appends the ErrorResponse of a refusal to dst.
 func refusalError(dst []byte, r *tokens.RefusalError) []byte {
+	return appendError(dst, refusalPgError(r))
+}
+
+// refusalPgError is the error a client gets for a refusal.
+func refusalPgError(r *tokens.RefusalError) pgError {
 	msg := "fencegate: " + string(r.Reason)
 	if r.Msg != "" {
 		msg += ": " + r.Msg
@@ -539,7 +605,7 @@ func refusalError(dst []byte, r *tokens.RefusalError) []byte {
 		e.Detail = "high_water=" + r.HighWater.String()
 		e.Hint = "a later leader has written to this fence; this writer must step down"
 	}
-	return appendError(dst, e)
+	return e
 }
 
 // shiftPosition rewrites an ErrorResponse's position (P) to count from

@@ -109,6 +109,16 @@ func (g *Group[C]) Track(c C, on bool) bool {
 	return true
 }
 
+// Each calls f for every tracked connection. f runs with the group's
+// lock held: it must be quick and must not call the group.
+func (g *Group[C]) Each(f func(c C)) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for c := range g.conns {
+		f(c)
+	}
+}
+
 // Closing reports whether Shutdown or Close was called.
 func (g *Group[C]) Closing() bool { return g.closing.Load() }
 

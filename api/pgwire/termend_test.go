@@ -1,0 +1,135 @@
+package pgwire_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/api/pgwire"
+)
+
+// TestTermEndsOpenTransaction: a zombie that opened a transaction through
+// fencegate and then stopped (a paused process, or one stuck in a long
+// statement) holds the fence's row with its check, and the next leader's
+// first write waits for that row. When the zombie's term ends, fencegate
+// ends its transaction: the server rolls it back, the zombie gets FATAL
+// with the refusal's SQLSTATE, and the next leader's write goes through.
+// Without it, that write waits as long as the zombie does: here, until its
+// 10 s deadline.
+func TestTermEndsOpenTransaction(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	for _, tc := range []struct {
+		name    string
+		running bool // the zombie is in a statement, not waiting
+		leader  bool // a new leader follows; else the election has none
+		code    string
+	}{
+		{name: "idle", leader: true, code: "FG001"},
+		{name: "running", running: true, leader: true, code: "FG001"},
+		{name: "noleader", code: "FG002"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			fence := "ended-" + tc.name
+			e.table(t, "ended_"+tc.name)
+			insert := "INSERT INTO ended_" + tc.name + " (v) VALUES ($1)"
+			old, resign := e.lead(t, fence)
+			z := e.connect(t, fence, old)
+			var pid int32
+			if err := z.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+				t.Fatal(err)
+			}
+			tx, err := z.Begin(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := tx.Exec(ctx, insert, "zombie"); err != nil {
+				t.Fatal(err)
+			}
+			zerr := make(chan error, 1)
+			if tc.running {
+				rctx, stop := context.WithCancel(ctx)
+				ran := make(chan struct{})
+				go func() {
+					defer close(ran)
+					_, err := tx.Exec(rctx, "SELECT pg_sleep(60)")
+					zerr <- err
+				}()
+				t.Cleanup(func() { stop(); <-ran }) // before z closes
+				e.waitFor(t, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1 AND query LIKE '%pg_sleep%'", pid)
+			}
+			// A term that holds keeps its transaction: several sweeps
+			// pass and it is still open.
+			time.Sleep(500 * time.Millisecond)
+			if got := e.countWhere(t, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid); got != 1 {
+				t.Fatalf("the leader's open transaction ended while its term held")
+			}
+
+			resign()
+			write := func(cur uint64) {
+				t.Helper()
+				n := e.connect(t, fence, cur)
+				wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+				defer cancel()
+				if _, err := n.Exec(wctx, insert, "leader"); err != nil {
+					t.Fatalf("the new leader's write: %v", err)
+				}
+			}
+			if tc.leader {
+				cur, _ := e.lead(t, fence)
+				write(cur)
+			}
+			// fencegate ended the zombie's transaction: its server
+			// connection is gone, and the zombie is told why.
+			e.waitFor(t, "SELECT 1 - count(*) FROM pg_stat_activity WHERE pid = $1", pid)
+			if !tc.running {
+				go func() { zerr <- tx.Commit(ctx) }()
+			}
+			select {
+			case err := <-zerr:
+				pe := wantCode(t, err, tc.code)
+				t.Logf("zombie: %s %s: %s", pe.Severity, pe.Code, pe.Message)
+				if pe.Severity != "FATAL" {
+					t.Fatalf("zombie got %s, want FATAL", pe.Severity)
+				}
+			case <-time.After(10 * time.Second):
+				t.Fatal("the zombie's statement still runs")
+			}
+			if !tc.leader {
+				cur, _ := e.lead(t, fence)
+				write(cur)
+			}
+			var vs []string
+			rows, _ := e.admin.Query(ctx, "SELECT v FROM ended_"+tc.name+" ORDER BY id")
+			vs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(vs) != 1 || vs[0] != "leader" {
+				t.Fatalf("rows %q, want only the new leader's", vs)
+			}
+		})
+	}
+}
+
+// countWhere runs a count query as the admin.
+func (e *env) countWhere(t *testing.T, sql string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := e.admin.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitFor waits up to 10 s for a count query to answer 1.
+func (e *env) waitFor(t *testing.T, sql string, args ...any) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); e.countWhere(t, sql, args...) != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after 10 s, still not %s", sql)
+		}
+	}
+}

@@ -191,11 +191,9 @@ func (c *session) query(body, raw []byte) error {
 		c.needPrepare = true
 	}
 	if vd.kind == kindEmpty || !c.needCheck {
-		if _, err := c.sw.Write(raw); err != nil {
-			return err
-		}
 		c.push(reply{msg: 'Q', chg: -1, text: vd.text})
-		return nil
+		_, err := c.sw.Write(raw)
+		return err
 	}
 	adm, err := c.s.gw.AdmitSQL(c.ctx, c.fence, c.token)
 	if err != nil {
@@ -226,11 +224,11 @@ func (c *session) query(body, raw []byte) error {
 	b = append(b, sql...)
 	b = finishMsg(append(b, 0), sp)
 	c.out = b
+	c.push(reply{msg: 'Q', prefix: prefix, adm: adm, chg: -1, text: vd.text})
 	if _, err := c.sw.Write(b); err != nil {
 		adm.Done(tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, adm.Token(), "lost the database: %v", err), "", 0)
 		return err
 	}
-	c.push(reply{msg: 'Q', prefix: prefix, adm: adm, chg: -1, text: vd.text})
 	return nil
 }
 
@@ -239,11 +237,9 @@ func (c *session) query(body, raw []byte) error {
 // error is rewritten to r.
 func (c *session) refuseQuery(r *tokens.RefusalError, raw []byte) error {
 	c.out = appendQuery(c.out[:0], []byte("fencegate refused"))
-	if _, err := c.sw.Write(c.out); err != nil {
-		return err
-	}
 	c.push(reply{msg: 'Q', own: ownRefusal, why: r, chg: -1})
-	return nil
+	_, err := c.sw.Write(c.out)
+	return err
 }
 
 // extended handles a message of the extended protocol.
@@ -257,11 +253,9 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			c.localRFQ = false
 			return c.answer(appendReadyForQuery(c.out[:0], 'I'))
 		}
-		if _, err := c.sw.Write(raw); err != nil {
-			return err
-		}
 		c.push(reply{msg: 'S', chg: -1})
-		return nil
+		_, err := c.sw.Write(raw)
+		return err
 	}
 	switch t {
 	case 'H':
@@ -271,11 +265,9 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		return c.sw.Flush()
 	case 'S':
 		c.segStart = true
-		if _, err := c.sw.Write(raw); err != nil {
-			return err
-		}
 		c.push(reply{msg: 'S', chg: -1})
-		return nil
+		_, err := c.sw.Write(raw)
+		return err
 	}
 	if c.segStart {
 		if err := c.startSegment(); err != nil {
@@ -359,13 +351,13 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		}
 	}
 	c.idleStart = false
-	if _, err := c.sw.Write(raw); err != nil {
-		return err
-	}
 	if ch != nil {
 		c.pushChange(g, *ch)
 	} else {
 		c.push(g)
+	}
+	if _, err := c.sw.Write(raw); err != nil {
+		return err
 	}
 	if t == 'E' && vd != nil {
 		if vd.kind == kindEnd {
@@ -421,10 +413,10 @@ func (c *session) refuseSegment(r *tokens.RefusalError) error {
 		return c.answer(c.cerr(r))
 	}
 	c.out = appendParse(c.out[:0], "fencegate_refused", "fencegate refused")
+	c.push(reply{msg: 'P', own: ownRefusal, why: r, chg: -1})
 	if _, err := c.sw.Write(c.out); err != nil {
 		return err
 	}
-	c.push(reply{msg: 'P', own: ownRefusal, why: r, chg: -1})
 	return c.sw.Flush()
 }
 

@@ -6,3 +6,7 @@ func (s *Server) PeakQueued() int64 { return s.peakQueued.Load() }
 
 // MaxOutstanding is the queue's bound.
 const MaxOutstanding = maxOutstanding
+
+// SetTestHookEnding sets a function endTransaction calls after it decided
+// to end a transaction, before it closes the server connection.
+func (s *Server) SetTestHookEnding(f func()) { s.testHookEnding = f }

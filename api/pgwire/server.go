@@ -99,6 +99,10 @@ type Server struct {
 	peakQueued atomic.Int64
 	conns      listen.Group[*session]
 
+	// testHookEnding, if set, runs in endTransaction between its decision
+	// and closing the server connection.
+	testHookEnding func()
+
 	sweepOnce sync.Once
 	stopOnce  sync.Once
 	stop      chan struct{}

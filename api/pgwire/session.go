@@ -60,6 +60,7 @@ type change struct {
 type session struct {
 	s              *Server
 	client, server net.Conn
+	toServer       *gate // what sw writes to
 	cr, sr         *msgReader
 	cwMu           sync.Mutex
 	cw, sw         *bufio.Writer
@@ -129,20 +130,56 @@ func (c *session) close() {
 	})
 }
 
+// gate is the server connection as C2S writes it: once shut, nothing
+// more reaches the server.
+type gate struct {
+	net.Conn
+	shut atomic.Bool
+}
+
+func (g *gate) Write(p []byte) (int, error) {
+	if g.shut.Load() {
+		return 0, errClosed
+	}
+	return g.Conn.Write(p)
+}
+
 // endTransaction ends the session's open transaction, admitted as a,
 // because its term ended (why): the server connection closes, so the
-// server rolls the transaction back and the fence's row is free for the
-// next term, and a statement still running is cancelled; the client gets
-// a FATAL error saying why and its connection closes. It reports false if
-// a is no longer the session's transaction, or it failed already (its
-// locks are gone: the client's ROLLBACK is due).
+// server rolls back what it has not committed and the fence's row is free
+// for the next term, and a statement still running is cancelled; the
+// client gets a FATAL error saying why and its connection closes. It
+// reports false if a is no longer the session's transaction, or it failed
+// already (its locks are gone: the client's ROLLBACK is due).
+//
+// A session waiting for its client, every message answered, is shut in
+// the same step: C2S queues each message before it writes it, so none
+// can reach the server after this check, and the transaction is rolled
+// back for certain (the client is told so). A session with messages in
+// flight may be committing: the client is told only that fencegate ended
+// the transaction.
 func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) bool {
 	c.qmu.Lock()
-	end := c.live.Load() == a && c.status != 'E' && !c.dead && c.killed.CompareAndSwap(nil, why)
+	end := c.live.Load() == a && c.status != 'E' && !c.dead
 	busy := c.qlen > 0
+	if end {
+		if !busy {
+			c.toServer.shut.Store(true)
+		}
+		r := *why
+		if busy {
+			r.Msg += "; its open transaction is ended and the connection closed (a COMMIT already sent may have committed)"
+		} else {
+			r.Msg += "; its open transaction is rolled back and the connection closed"
+		}
+		end = c.killed.CompareAndSwap(nil, &r)
+	}
 	c.qmu.Unlock()
 	if !end {
 		return false
+	}
+	if h := c.s.testHookEnding; h != nil {
+		h()
 	}
 	ck := c.s.cancels.get(c.cancelPID)
 	c.server.Close()
@@ -162,7 +199,6 @@ func (c *session) tellEnded(r *tokens.RefusalError) {
 	defer c.cwMu.Unlock()
 	e := refusalPgError(r)
 	e.Severity = "FATAL"
-	e.Message += "; the transaction open under it is rolled back"
 	_, _ = c.cw.Write(appendError(nil, e))
 	_ = c.cw.Flush()
 }
@@ -603,7 +639,14 @@ func refusalPgError(r *tokens.RefusalError) pgError {
 	e := pgError{Severity: "ERROR", Code: sqlState(r), Message: msg}
 	if r.HighWater != 0 {
 		e.Detail = "high_water=" + r.HighWater.String()
+	}
+	switch {
+	case r.Reason == tokens.ReasonStaleToken && r.Token < r.HighWater:
 		e.Hint = "a later leader has written to this fence; this writer must step down"
+	case r.Reason == tokens.ReasonStaleToken:
+		e.Hint = "a later leader holds this fence's election; this writer must step down"
+	case r.Reason == tokens.ReasonTermEnded:
+		e.Hint = "this writer's term is over; it must step down"
 	}
 	return e
 }

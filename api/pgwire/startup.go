@@ -542,13 +542,14 @@ func advName(gen int) string { return "fencegate_advance_" + itoa(int64(gen)) }
 // newSession sets up the buffers of a client and server connection pair.
 func newSession(s *Server, client, server net.Conn) *session {
 	c := &session{
-		s: s, client: client, server: server,
+		s: s, client: client, server: server, toServer: &gate{Conn: server},
 		cr: newMsgReader(client), sr: newMsgReader(server),
-		cw: bufio.NewWriterSize(client, bufSize), sw: bufio.NewWriterSize(server, bufSize),
+		cw:  bufio.NewWriterSize(client, bufSize),
 		out: make([]byte, 0, 256), segStart: true,
 		stmts: map[string]*verdict{}, portals: map[string]*verdict{},
 		segStmts: map[string]int32{}, segPortals: map[string]int32{},
 	}
+	c.sw = bufio.NewWriterSize(c.toServer, bufSize)
 	c.qcond.L = &c.qmu
 	return c
 }

@@ -2,10 +2,13 @@ package pgwire_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/api/pgwire"
 )
@@ -25,11 +28,10 @@ func TestTermEndsOpenTransaction(t *testing.T) {
 		name    string
 		running bool // the zombie is in a statement, not waiting
 		leader  bool // a new leader follows; else the election has none
-		code    string
 	}{
-		{name: "idle", leader: true, code: "FG001"},
-		{name: "running", running: true, leader: true, code: "FG001"},
-		{name: "noleader", code: "FG002"},
+		{name: "idle", leader: true},
+		{name: "running", running: true, leader: true},
+		{name: "noleader"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fence := "ended-" + tc.name
@@ -89,10 +91,22 @@ func TestTermEndsOpenTransaction(t *testing.T) {
 			}
 			select {
 			case err := <-zerr:
-				pe := wantCode(t, err, tc.code)
+				// Between the resignation and the next leader the
+				// election has none: TERM_ENDED (FG002) or, once the
+				// next term is seen, STALE_TOKEN (FG001).
+				code := "FG002"
+				if pe, ok := errors.AsType[*pgconn.PgError](err); ok && tc.leader && pe.Code == "FG001" {
+					code = "FG001"
+				}
+				pe := wantCode(t, err, code)
 				t.Logf("zombie: %s %s: %s", pe.Severity, pe.Code, pe.Message)
 				if pe.Severity != "FATAL" {
 					t.Fatalf("zombie got %s, want FATAL", pe.Severity)
+				}
+				// Rolled back for certain only when nothing was in
+				// flight: a running statement may have been a COMMIT.
+				if sure := strings.Contains(pe.Message, "rolled back"); sure == tc.running {
+					t.Fatalf("zombie told %q: says rolled back %v, with a statement running %v", pe.Message, sure, tc.running)
 				}
 			case <-time.After(10 * time.Second):
 				t.Fatal("the zombie's statement still runs")
@@ -131,5 +145,48 @@ func (e *env) waitFor(t *testing.T, sql string, args ...any) {
 		if time.Now().After(deadline) {
 			t.Fatalf("after 10 s, still not %s", sql)
 		}
+	}
+}
+
+// TestEndedTransactionSendsNothingMore: once fencegate has decided to end
+// a transaction waiting for its client, nothing the client sends reaches
+// the server, so "rolled back" is the truth even when the client's COMMIT
+// comes in between: here the COMMIT is sent while fencegate, held by a
+// test hook, has decided but not yet closed the server connection. Without
+// the gate, that COMMIT commits the zombie's row, and the zombie is told
+// it committed.
+func TestEndedTransactionSendsNothingMore(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	deciding, release := make(chan struct{}), make(chan struct{})
+	e.srv.SetTestHookEnding(func() { close(deciding); <-release })
+	fence := "ended-gate"
+	e.table(t, "ended_gate")
+	old, resign := e.lead(t, fence)
+	z := e.connect(t, fence, old)
+	tx, err := z.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO ended_gate (v) VALUES ('zombie')"); err != nil {
+		t.Fatal(err)
+	}
+	resign()
+	select {
+	case <-deciding:
+	case <-time.After(10 * time.Second):
+		t.Fatal("fencegate did not end the transaction of an ended term")
+	}
+	cerr := make(chan error, 1)
+	go func() { cerr <- tx.Commit(ctx) }()
+	time.Sleep(300 * time.Millisecond) // the COMMIT, unhindered, would be answered by now
+	close(release)
+	err = <-cerr
+	pe := wantCode(t, err, "FG002")
+	if !strings.Contains(pe.Message, "rolled back") {
+		t.Fatalf("zombie told %q, want rolled back", pe.Message)
+	}
+	if n := e.count(t, "ended_gate"); n != 0 {
+		t.Fatalf("%d rows stored by a COMMIT fencegate said was rolled back", n)
 	}
 }

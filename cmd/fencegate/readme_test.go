@@ -75,14 +75,14 @@ var walkthroughWants = map[string][]string{
 		`grpcurl: exit status 74\n`,
 	},
 	`"Drop-in Redis: redis-cli writes through fencegate" block 1`: {
-		`worker-8 leads with token {T8}\n`,
+		`worker-10 leads with token {T10}\n`,
 		`OK\n`,
 		`1\n`,
 	},
 	`"Drop-in Redis: redis-cli writes through fencegate" block 2`: {
-		`worker-9 leads with token {T9}\n`,
-		`STALE_TOKEN fencegate: token {T8} is below the current term {T9}\n`,
-		`STALE_TOKEN fencegate: token {T8} is below the current term {T9}\n\nOK\nOK\nQUEUED\nQUEUED\nOK\n2\nCOMMAND_NOT_ALLOWED fencegate: FLUSHALL: administrative commands are not allowed\n`,
+		`worker-11 leads with token {T11}\n`,
+		`STALE_TOKEN fencegate: token {T10} is below the current term {T11}\n`,
+		`STALE_TOKEN fencegate: token {T10} is below the current term {T11}\n\nOK\nOK\nQUEUED\nQUEUED\nOK\n2\nCOMMAND_NOT_ALLOWED fencegate: FLUSHALL: administrative commands are not allowed\n`,
 		`done\n`,
 	},
 	`"Drop-in PostgreSQL: psql writes through fencegate" block 1`: {
@@ -99,6 +99,12 @@ var walkthroughWants = map[string][]string{
 		`ERROR:  fencegate: STALE_TOKEN: token {T6} is below the current term {T7}\n`,
 		`SET\nBEGIN\nINSERT 0 1\nINSERT 0 1\nCOMMIT\nCOPY 2\n`,
 		`(?m)^ id \| amount *\n-+\+-+\n +1 \| +100\n +2 \| +200\n +3 \| +300\n +4 \| +400\n +5 \| +500\n\(5 rows\)\n`,
+	},
+	`"Drop-in PostgreSQL: psql writes through fencegate" block 4`: {
+		`worker-8 leads with token {T8}\n`,
+		`worker-9 leads with token {T9}\nINSERT 0 1\n`,
+		`psql: exit status 2\nBEGIN\nINSERT 0 1\nFATAL:  fencegate: STALE_TOKEN: token {T8} is below the current term {T9}; its open transaction is rolled back and the connection closed\n`,
+		`(?m)^ id \| amount *\n-+\+-+\n +6 \| +600\n\(1 row\)\n`,
 	},
 }
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"maps"
 	"net"
 	"strconv"
 	"sync"
@@ -71,8 +72,7 @@ type session struct {
 	serverPID      uint32 // the server connection's own
 	closeOnce      sync.Once
 	doneOnce       sync.Once
-	// live is open for Server.endTransactions: stored under qmu, read
-	// without it.
+	// live is open, for Server.sweep: stored under qmu, read without it.
 	live atomic.Pointer[proxy.Admission]
 	// killed is why fencegate ended the session's transaction (its term
 	// ended); close tells the client.
@@ -169,6 +169,11 @@ func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) b
 		r := *why
 		if busy {
 			r.Msg += "; its open transaction is ended and the connection closed (a COMMIT already sent may have committed)"
+			r.Metadata = maps.Clone(r.Metadata)
+			if r.Metadata == nil {
+				r.Metadata = map[string]string{}
+			}
+			r.Metadata["outcome"] = "unknown"
 		} else {
 			r.Msg += "; its open transaction is rolled back and the connection closed"
 		}

@@ -292,7 +292,7 @@ func pgwireOutcome(err error, committing bool) (Outcome, string) {
 		return Refused, r
 	case errors.Is(err, pgx.ErrTxCommitRollback):
 		return Refused, "ROLLED_BACK"
-	case errors.As(err, &pe) && !lostSession(pe):
+	case errors.As(err, &pe) && (!lostSession(pe) || endedRolledBack(pe)):
 		return Refused, pgwireReason(err)
 	}
 	return Unknown, pgwireReason(err) + " (outcome unknown)"
@@ -313,6 +313,16 @@ func inlineParams(st stmt) string {
 		sql = strings.ReplaceAll(sql, "$"+strconv.Itoa(i), lit)
 	}
 	return sql
+}
+
+// endedRolledBack reports whether pe is fencegate's word that it ended
+// the transaction, open when its term ended, before anything more of it
+// reached the database: rolled back, so the write counts as refused, and
+// the checker holds fencegate to it (a refused write found stored is a
+// violation).
+func endedRolledBack(pe *pgconn.PgError) bool {
+	return pe.Severity == "FATAL" && (pe.Code == "FG001" || pe.Code == "FG002") &&
+		strings.Contains(pe.Message, "; its open transaction is rolled back")
 }
 
 // lostSession reports whether a server error ended the session rather

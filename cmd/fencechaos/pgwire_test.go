@@ -37,6 +37,8 @@ func TestPgwireOutcome(t *testing.T) {
 		{"timeout before COMMIT", context.DeadlineExceeded, false, Refused, "TIMEOUT before COMMIT"},
 		{"connection lost on COMMIT", io.ErrUnexpectedEOF, true, Unknown, "CONNECTION_LOST (outcome unknown)"},
 		{"timeout on COMMIT", context.DeadlineExceeded, true, Unknown, "TIMEOUT (outcome unknown)"},
+		{"ended with its term, rolled back", &pgconn.PgError{Severity: "FATAL", Code: "FG001", Message: "fencegate: STALE_TOKEN: token 2 is below the current term 4; its open transaction is rolled back and the connection closed"}, true, Refused, "STALE_TOKEN"},
+		{"ended with its term, COMMIT in flight", &pgconn.PgError{Severity: "FATAL", Code: "FG002", Message: "fencegate: TERM_ENDED: term 2 of election \"chaos\" is over and no leader holds it; its open transaction is ended and the connection closed (a COMMIT already sent may have committed)"}, true, Unknown, "TERM_ENDED (outcome unknown)"},
 		{"shutdown on COMMIT", &pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"}, true, Unknown, "SQLSTATE 57P01 (outcome unknown)"},
 		// pgconn calls a read on a connection it closed after the
 		// COMMIT went out safe to retry.

@@ -251,12 +251,7 @@ func (s *Server) sweep() {
 			}
 		})
 		for i, e := range ends {
-			go func() {
-				if e.c.endTransaction(e.a, e.why) {
-					s.log.Warn("pgwire: transaction ended with its term: rolled back, connection closed",
-						"fence", e.c.fence, "user", e.c.user, "token", e.a.Token(), "reason", e.why.Reason, "peer", e.c.client.RemoteAddr().String())
-				}
-			}()
+			go e.c.endTransaction(e.a, e.why)
 			ends[i] = ending{}
 		}
 		ends = ends[:0]

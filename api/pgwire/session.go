@@ -148,8 +148,8 @@ func (g *gate) Write(p []byte) (int, error) {
 // because its term ended (why): the server connection closes, so the
 // server rolls back what it has not committed and the fence's row is free
 // for the next term, and a statement still running is cancelled; the
-// client gets a FATAL error saying why and its connection closes. It
-// reports false if a is no longer the session's transaction, or it failed
+// client gets a FATAL error saying why and its connection closes. It does
+// nothing if a is no longer the session's transaction, or it failed
 // already (its locks are gone: the client's ROLLBACK is due).
 //
 // A session waiting for its client, every message answered, is shut in
@@ -158,7 +158,7 @@ func (g *gate) Write(p []byte) (int, error) {
 // back for certain (the client is told so). A session with messages in
 // flight may be committing: the client is told only that fencegate ended
 // the transaction.
-func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) bool {
+func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) {
 	c.qmu.Lock()
 	end := c.live.Load() == a && c.status != 'E' && !c.dead
 	busy := c.qlen > 0
@@ -181,7 +181,7 @@ func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) b
 	}
 	c.qmu.Unlock()
 	if !end {
-		return false
+		return
 	}
 	if h := c.s.testHookEnding; h != nil {
 		h()
@@ -192,7 +192,12 @@ func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) b
 		c.s.cancel(ck)
 	}
 	c.close()
-	return true
+	outcome := "rolled back"
+	if busy {
+		outcome = "unknown: messages were in flight"
+	}
+	c.s.log.Warn("pgwire: transaction ended with its term, connection closed", "outcome", outcome,
+		"fence", c.fence, "user", c.user, "token", a.Token(), "reason", why.Reason, "peer", c.client.RemoteAddr().String())
 }
 
 // tellEnded writes the client the FATAL error of a transaction ended

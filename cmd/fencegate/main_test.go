@@ -9,6 +9,9 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -57,6 +60,8 @@ func TestServeErrors(t *testing.T) {
 		{"exposed pprof", []string{"serve", "--postgres-dsn=postgres://x", "--pprof-addr=:6060"}, nil, "--pprof-addr :6060 is reachable from other hosts"},
 		{"shadow without policy", []string{"serve", "--postgres-dsn=postgres://x", "--policy-mode=shadow"}, nil, "--policy-mode=shadow needs --policy-file"},
 		{"bad cert file", []string{"serve", "--postgres-dsn=postgres://x", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms", "--cert-file=/nonexistent.pem", "--key-file=/nonexistent-key.pem"}, nil, "--cert-file /nonexistent.pem: "},
+		{"pg socket without postgres", []string{"serve", "--redis-addr=127.0.0.1:1", "--pg-unix-socket-dir=/tmp"}, nil, "--pg-unix-socket-dir needs --postgres-dsn: the database its clients reach"},
+		{"redis socket without redis", []string{"serve", "--postgres-dsn=postgres://x", "--redis-unix-socket=/tmp/r.sock"}, nil, "--redis-unix-socket needs --redis-addr: the Redis its clients reach"},
 		{"dev postgres port", []string{"dev", "--postgres-port=70000"}, nil, "--postgres-port=70000: want a TCP port"},
 		{"dev redis port", []string{"dev", "--redis-port=-1"}, nil, "--redis-port=-1: want a TCP port"},
 	}
@@ -97,17 +102,20 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// TestDev runs `fencegate dev` on free ports, checks it serves and is
-// ready, then cancels it as SIGINT would and checks every port is free
-// again.
+// TestDev runs `fencegate dev` on free ports and Unix sockets, checks it
+// serves and is ready, then cancels it as SIGINT would and checks every
+// port is free again and the sockets are gone.
 func TestDev(t *testing.T) {
 	etcdAddr, grpcAddr, httpAddr, pgAddr, respAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
+	sockDir := t.TempDir()
+	respSock := filepath.Join(sockDir, "fencegate-redis.sock")
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"dev", "--etcd-listen=http://" + etcdAddr, "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + pgAddr, "--redis-listen-addr=" + respAddr}, &stdout, &stderr)
+		done <- run(ctx, []string{"dev", "--etcd-listen=http://" + etcdAddr, "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + pgAddr, "--redis-listen-addr=" + respAddr,
+			"--pg-unix-socket-dir=" + sockDir, "--redis-unix-socket=" + respSock, "--term-sources=mono-*=monotonic"}, &stdout, &stderr)
 	}()
 
 	deadline := time.Now().Add(90 * time.Second)
@@ -173,6 +181,22 @@ func TestDev(t *testing.T) {
 		}
 	}
 
+	// The same listeners on their Unix sockets, to psql and redis-cli as
+	// they reach PostgreSQL's and Redis's own (a monotonic fence: any
+	// token above the last is a new term).
+	pgPort := strings.Split(pgAddr, ":")[1]
+	psql := exec.CommandContext(ctx, "psql", "-h", sockDir, "-p", pgPort, "-U", devRole, "-Atc", "SELECT 'over the socket'", "postgres")
+	psql.Env = append(os.Environ(), "PGOPTIONS=-c fencegate.fence=mono-sock -c fencegate.token=5")
+	if out, err := psql.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "over the socket" {
+		t.Errorf("psql -h %s -p %s: %v: %s", sockDir, pgPort, err, out)
+	}
+	if got := redisCli(t, "-s", respSock, "--user", "mono-sock", "--pass", "5", "SET", "{mono-sock}:k", "v"); got != "OK" {
+		t.Errorf("redis-cli -s %s SET: got %q, want OK", respSock, got)
+	}
+	if got := redisCli(t, "-s", respSock, "--user", "mono-sock", "--pass", "4", "SET", "{mono-sock}:k", "stale"); !strings.HasPrefix(got, "STALE_TOKEN fencegate: ") {
+		t.Errorf("redis-cli -s %s SET with an older token: got %q, want STALE_TOKEN", respSock, got)
+	}
+
 	start := time.Now()
 	cancel()
 	select {
@@ -191,6 +215,11 @@ func TestDev(t *testing.T) {
 			continue
 		}
 		l.Close()
+	}
+	for _, sock := range []string{filepath.Join(sockDir, ".s.PGSQL."+pgPort), respSock} {
+		if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("socket %s after stop: %v, want it removed", sock, err)
+		}
 	}
 }
 

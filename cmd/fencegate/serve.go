@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"syscall"
 	"time"
@@ -84,11 +85,15 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	if cfg.PostgresDSN == "" && cfg.RedisAddr == "" {
 		return errors.New("no backend configured: set --postgres-dsn or --redis-addr (or FENCEGATE_POSTGRES_DSN, FENCEGATE_REDIS_ADDR)")
 	}
-	if cfg.PgListenAddr != "" && cfg.PostgresDSN == "" {
-		return errors.New("--pg-listen-addr needs --postgres-dsn: the database its clients reach")
-	}
-	if cfg.RedisListenAddr != "" && cfg.RedisAddr == "" {
-		return errors.New("--redis-listen-addr needs --redis-addr: the Redis its clients reach")
+	for _, l := range []struct{ flag, addr, needs, backend, what string }{
+		{"--pg-listen-addr", cfg.PgListenAddr, "--postgres-dsn", cfg.PostgresDSN, "the database"},
+		{"--pg-unix-socket-dir", cfg.PgUnixSocketDir, "--postgres-dsn", cfg.PostgresDSN, "the database"},
+		{"--redis-listen-addr", cfg.RedisListenAddr, "--redis-addr", cfg.RedisAddr, "the Redis"},
+		{"--redis-unix-socket", cfg.RedisUnixSocket, "--redis-addr", cfg.RedisAddr, "the Redis"},
+	} {
+		if l.addr != "" && l.backend == "" {
+			return fmt.Errorf("%s needs %s: %s its clients reach", l.flag, l.needs, l.what)
+		}
 	}
 
 	reg := prometheus.NewRegistry()
@@ -287,19 +292,43 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	}
 	srv := api.NewServer(gw, cfg.MaxBodyBytes)
 
-	grpcLis, err := net.Listen("tcp", cfg.GRPCAddr)
-	if err != nil {
-		return fmt.Errorf("--grpc-addr: %w", err)
+	// The listeners opened so far: closed on return until the servers
+	// take them over.
+	var opened []net.Listener
+	serving := false
+	defer func() {
+		for _, l := range opened {
+			if !serving {
+				l.Close()
+			}
+		}
+	}()
+	listen := func(flag, network, addr string) (net.Listener, error) {
+		var lis net.Listener
+		var err error
+		if network == "unix" {
+			lis, err = listenUnix(addr)
+		} else {
+			lis, err = net.Listen(network, addr)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", flag, err)
+		}
+		opened = append(opened, lis)
+		return lis, nil
 	}
-	httpLis, err := net.Listen("tcp", cfg.HTTPAddr)
+	grpcLis, err := listen("--grpc-addr", "tcp", cfg.GRPCAddr)
 	if err != nil {
-		grpcLis.Close()
-		return fmt.Errorf("--http-addr: %w", err)
+		return err
+	}
+	httpLis, err := listen("--http-addr", "tcp", cfg.HTTPAddr)
+	if err != nil {
+		return err
 	}
 
 	var pgs *pgwire.Server
-	var pgLis net.Listener
-	if cfg.PgListenAddr != "" {
+	var pgLis, pgUnix net.Listener
+	if cfg.PgListenAddr != "" || cfg.PgUnixSocketDir != "" {
 		pgs, err = pgwire.New(gw, pgwire.Config{
 			PostgresDSN:    cfg.PostgresDSN,
 			TLS:            pgwire.TLSFrom(sec.tls.Config()),
@@ -309,20 +338,27 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			Logger:         log,
 			TermCheck:      cfg.Postgres.TermCheck,
 		})
-		if err == nil {
-			pgLis, err = net.Listen("tcp", cfg.PgListenAddr)
-		}
 		if err != nil {
-			grpcLis.Close()
-			httpLis.Close()
-			return fmt.Errorf("--pg-listen-addr: %w", err)
+			return err
+		}
+		port := "7432"
+		if cfg.PgListenAddr != "" {
+			if pgLis, err = listen("--pg-listen-addr", "tcp", cfg.PgListenAddr); err != nil {
+				return err
+			}
+			_, port, _ = net.SplitHostPort(pgLis.Addr().String())
+		}
+		if cfg.PgUnixSocketDir != "" {
+			if pgUnix, err = listen("--pg-unix-socket-dir", "unix", filepath.Join(cfg.PgUnixSocketDir, ".s.PGSQL."+port)); err != nil {
+				return err
+			}
 		}
 		registerConnMetrics(reg, proxy.ProtocolPgwire, pgs.Connections)
 	}
 
 	var rs *resp.Server
-	var redisLis net.Listener
-	if cfg.RedisListenAddr != "" {
+	var redisLis, redisUnix net.Listener
+	if cfg.RedisListenAddr != "" || cfg.RedisUnixSocket != "" {
 		rs, err = resp.New(gw, resp.Config{
 			TLS:          sec.tls.Config(),
 			MaxFenceName: cfg.Proxy.MaxFenceName,
@@ -334,16 +370,18 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			MaxConnections:  cfg.MaxClientConns,
 			Logger:          log,
 		})
-		if err == nil {
-			redisLis, err = net.Listen("tcp", cfg.RedisListenAddr)
-		}
 		if err != nil {
-			grpcLis.Close()
-			httpLis.Close()
-			if pgLis != nil {
-				pgLis.Close()
+			return err
+		}
+		if cfg.RedisListenAddr != "" {
+			if redisLis, err = listen("--redis-listen-addr", "tcp", cfg.RedisListenAddr); err != nil {
+				return err
 			}
-			return fmt.Errorf("--redis-listen-addr: %w", err)
+		}
+		if cfg.RedisUnixSocket != "" {
+			if redisUnix, err = listen("--redis-unix-socket", "unix", cfg.RedisUnixSocket); err != nil {
+				return err
+			}
 		}
 		registerConnMetrics(reg, proxy.ProtocolRESP, rs.Connections)
 	}
@@ -403,33 +441,21 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 
 	metricsLis, err := listenMetricsAddr(cfg.MetricsAddr)
 	if err != nil {
-		grpcLis.Close()
-		httpLis.Close()
-		if pgLis != nil {
-			pgLis.Close()
-		}
 		return err
+	}
+	if metricsLis != nil {
+		opened = append(opened, metricsLis)
 	}
 
 	g, gctx := errgroup.WithContext(ctx)
 	if cfg.PprofAddr != "" {
 		ps, err := servePprof(gctx, g, cfg.PprofAddr)
 		if err != nil {
-			grpcLis.Close()
-			httpLis.Close()
-			if pgLis != nil {
-				pgLis.Close()
-			}
-			if metricsLis != nil {
-				metricsLis.Close()
-			}
-			if redisLis != nil {
-				redisLis.Close()
-			}
 			return err
 		}
 		log.Info("serving pprof", "addr", ps)
 	}
+	serving = true
 	metricsAddr := ""
 	if metricsLis != nil {
 		metricsAddr = serveMetricsAddr(gctx, g, metricsLis, api.OpsHandler(opsCfg))
@@ -477,21 +503,25 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		return nil
 	})
-	if pgs != nil {
-		g.Go(func() error {
-			if err := pgs.Serve(pgLis); err != nil && !errors.Is(err, pgwire.ErrServerClosed) {
-				return fmt.Errorf("pg listener: %w", err)
-			}
-			return nil
-		})
+	for _, lis := range []net.Listener{pgLis, pgUnix} {
+		if lis != nil {
+			g.Go(func() error {
+				if err := pgs.Serve(lis); err != nil && !errors.Is(err, pgwire.ErrServerClosed) {
+					return fmt.Errorf("pg listener: %w", err)
+				}
+				return nil
+			})
+		}
 	}
-	if rs != nil {
-		g.Go(func() error {
-			if err := rs.Serve(redisLis); err != nil && !errors.Is(err, resp.ErrServerClosed) {
-				return fmt.Errorf("redis listener: %w", err)
-			}
-			return nil
-		})
+	for _, lis := range []net.Listener{redisLis, redisUnix} {
+		if lis != nil {
+			g.Go(func() error {
+				if err := rs.Serve(lis); err != nil && !errors.Is(err, resp.ErrServerClosed) {
+					return fmt.Errorf("redis listener: %w", err)
+				}
+				return nil
+			})
+		}
 	}
 	g.Go(func() error {
 		<-gctx.Done()
@@ -527,15 +557,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		return nil
 	})
-	pgAddr := ""
-	if pgLis != nil {
-		pgAddr = pgLis.Addr().String()
-	}
-	redisListen := ""
-	if redisLis != nil {
-		redisListen = redisLis.Addr().String()
-	}
-	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(), "pg", pgAddr, "resp", redisListen, "metrics", metricsAddr,
+	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
+		"pg", addrOf(pgLis), "pg_unix", addrOf(pgUnix), "resp", addrOf(redisLis), "resp_unix", addrOf(redisUnix), "metrics", metricsAddr,
 		"etcd", etcdLogValue(cfg), "election_prefix", cfg.ElectionPrefix, "term_sources", cfg.TermSources,
 		"postgres", opts.Postgres != nil, "redis", opts.Redis != nil, "tls", sec.tls != nil,
 		"authentication", opts.AuthRequired, "policy", cfg.Security.PolicyFile, "policy_mode", cfg.Security.PolicyMode,
@@ -626,4 +649,12 @@ func registerBatchMetrics(reg prometheus.Registerer, backend string, stats func(
 			Help: "Fenced writes in those batches (each its own transaction or script run).",
 		}, func() float64 { return float64(stats().Calls) }),
 	)
+}
+
+// addrOf is lis's address, "" for none.
+func addrOf(lis net.Listener) string {
+	if lis == nil {
+		return ""
+	}
+	return lis.Addr().String()
 }

@@ -61,20 +61,32 @@ func validatePort(flag string, port int) error {
 	return nil
 }
 
-// pgLine is the banner's line about the PostgreSQL listener, if any.
+// pgLine is the banner's lines about the PostgreSQL listener, if any:
+// over TCP, and over its Unix socket.
 func pgLine(cfg serveConfig) string {
-	if cfg.PgListenAddr == "" {
-		return ""
+	const psql = "  psql        PGOPTIONS='-c fencegate.fence=<fence> -c fencegate.token=<token>' psql -h %s -p %s -U %s postgres\n"
+	line, port := "", "7432"
+	if cfg.PgListenAddr != "" {
+		var host string
+		host, port, _ = net.SplitHostPort(dialable(cfg.PgListenAddr))
+		line = fmt.Sprintf(psql, host, port, devRole)
 	}
-	host, port, _ := net.SplitHostPort(dialable(cfg.PgListenAddr))
-	return fmt.Sprintf("  psql        PGOPTIONS='-c fencegate.fence=<fence> -c fencegate.token=<token>' psql -h %s -p %s -U %s postgres\n", host, port, devRole)
+	if cfg.PgUnixSocketDir != "" {
+		line += fmt.Sprintf(psql, cfg.PgUnixSocketDir, port, devRole)
+	}
+	return line
 }
 
-// redisLine is the banner's line about the RESP listener, if any.
+// redisLine is the banner's lines about the RESP listener, if any.
 func redisLine(cfg serveConfig) string {
-	if cfg.RedisListenAddr == "" {
-		return ""
+	const cli = "  redis-cli   redis-cli %s --user <fence> --pass <token>\n"
+	line := ""
+	if cfg.RedisListenAddr != "" {
+		host, port, _ := net.SplitHostPort(dialable(cfg.RedisListenAddr))
+		line = fmt.Sprintf(cli, "-h "+host+" -p "+port)
 	}
-	host, port, _ := net.SplitHostPort(dialable(cfg.RedisListenAddr))
-	return fmt.Sprintf("  redis-cli   redis-cli -h %s -p %s --user <fence> --pass <token>\n", host, port)
+	if cfg.RedisUnixSocket != "" {
+		line += fmt.Sprintf(cli, "-s "+cfg.RedisUnixSocket)
+	}
+	return line
 }

@@ -185,6 +185,11 @@ func TestDev(t *testing.T) {
 	// they reach PostgreSQL's and Redis's own (a monotonic fence: any
 	// token above the last is a new term).
 	pgPort := strings.Split(pgAddr, ":")[1]
+	for _, want := range []string{"psql -h " + sockDir + " -p " + pgPort + " -U " + devRole, "redis-cli -s " + respSock + " --user <fence>"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("got stdout %q, want a line with %q", stdout.String(), want)
+		}
+	}
 	psql := exec.CommandContext(ctx, "psql", "-h", sockDir, "-p", pgPort, "-U", devRole, "-Atc", "SELECT 'over the socket'", "postgres")
 	psql.Env = append(os.Environ(), "PGOPTIONS=-c fencegate.fence=mono-sock -c fencegate.token=5")
 	if out, err := psql.CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "over the socket" {

@@ -118,7 +118,8 @@ func (s *Server) startup(c net.Conn, full bool) (*session, net.Conn, error) {
 		switch code := binary.BigEndian.Uint32(body); code {
 		case codeSSL:
 			var cfg *tls.Config
-			if s.cfg.TLS != nil {
+			if s.cfg.TLS != nil && c.LocalAddr().Network() != "unix" {
+				// PostgreSQL too answers 'N' on its Unix socket.
 				cfg = s.cfg.TLS()
 			}
 			if cfg == nil || tlsState != nil {

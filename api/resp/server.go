@@ -159,7 +159,8 @@ func (s *Server) handle(c net.Conn) {
 	defer c.Close()
 	caller := &policy.Caller{Peer: c.RemoteAddr()}
 	conn := c
-	if s.cfg.TLS != nil {
+	unix := c.LocalAddr().Network() == "unix"
+	if s.cfg.TLS != nil && !unix { // Redis has no TLS on its Unix socket either
 		tc := tls.Server(c, s.cfg.TLS)
 		ctx, cancel := context.WithTimeout(s.ctx, s.cfg.HandshakeTimeout)
 		err := tc.HandshakeContext(ctx)
@@ -173,7 +174,11 @@ func (s *Server) handle(c net.Conn) {
 		}
 		conn = tc
 	}
-	if caller.Principal == "" {
+	switch {
+	case caller.Principal != "":
+	case unix:
+		caller.AuthError = "no client certificate on a Unix socket (RESP clients are identified by their TLS client certificate: connect over TLS)"
+	default:
 		caller.AuthError = "no verified client certificate (RESP clients are identified by their TLS client certificate)"
 	}
 	sess := newSession(proxy.WithProtocol(policy.NewContext(s.ctx, caller), proxy.ProtocolRESP), s, conn)

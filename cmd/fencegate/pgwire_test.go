@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"os/exec"
 	"strings"
 	"testing"
 
@@ -19,7 +21,9 @@ import (
 // and a policy: a PostgreSQL client presenting a certificate the policy
 // allows writes its fence through the listener, over TLS; one it does
 // not allow is refused with 42501 and writes nothing; a stale token is
-// refused with FG001.
+// refused with FG001. On the listener's Unix socket psql connects without
+// TLS, as to PostgreSQL's own, and the policy still applies: principal
+// postgres:gw, which no rule names, is refused.
 func TestServePgListener(t *testing.T) {
 	ctx := t.Context()
 	e := newSecureEnv(t)
@@ -40,7 +44,8 @@ func TestServePgListener(t *testing.T) {
     actions: [sql.write]
 `)
 	pgAddr := freeport.Addr(t)
-	e.serveGateway(t, "--pg-listen-addr="+pgAddr, "--cert-file="+e.srv.CertFile, "--key-file="+e.srv.KeyFile,
+	sockDir := t.TempDir()
+	e.serveGateway(t, "--pg-listen-addr="+pgAddr, "--pg-unix-socket-dir="+sockDir, "--cert-file="+e.srv.CertFile, "--key-file="+e.srv.KeyFile,
 		"--trusted-ca-file="+e.ca.File, "--policy-file="+policyFile)
 	tok := e.lead(t, "a", "alice")
 	connect := func(cert *authtest.Issued, token uint64) (*pgx.Conn, error) {
@@ -81,6 +86,17 @@ func TestServePgListener(t *testing.T) {
 	}
 	if got := e.count(t, "pg_t"); got != 1 {
 		t.Fatalf("got %d rows, want alice's only", got)
+	}
+
+	_, pgPort, _ := strings.Cut(pgAddr, ":")
+	psql := exec.CommandContext(ctx, "psql", "-h", sockDir, "-p", pgPort, "-U", "gw", "-v", "ON_ERROR_STOP=1", "-c", "INSERT INTO pg_t VALUES ('socket')", "postgres")
+	psql.Env = append(os.Environ(), fmt.Sprintf("PGOPTIONS=-c fencegate.fence=a -c fencegate.token=%d", tok))
+	out, err := psql.CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `fencegate: NOT_AUTHORIZED: "postgres:gw" may not sql.write fence "a"`) {
+		t.Fatalf("psql over the Unix socket: %v: %s; want the policy's refusal of postgres:gw", err, out)
+	}
+	if got := e.count(t, "pg_t"); got != 1 {
+		t.Fatalf("got %d rows after the socket's refused write, want 1", got)
 	}
 }
 

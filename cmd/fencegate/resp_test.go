@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -32,7 +33,9 @@ func redisCli(t *testing.T, args ...string) string {
 // mTLS and a policy, driven by the real redis-cli over TLS: a
 // certificate the policy allows writes its fence, one it does not is
 // refused with NOT_AUTHORIZED, a stale token with STALE_TOKEN, and
-// neither stores anything.
+// neither stores anything. On the listener's Unix socket redis-cli
+// connects without TLS, as to Redis's own, and, with no certificate to
+// name it, is refused as unauthenticated.
 func TestServeRedisListener(t *testing.T) {
 	e := newSecureEnv(t)
 	rd, err := redisthrowaway.Start(t.Context(), redisthrowaway.Options{})
@@ -49,7 +52,8 @@ func TestServeRedisListener(t *testing.T) {
     actions: [redis.write]
 `)
 	addr := freeport.Addr(t)
-	e.serveGateway(t, "--redis-addr="+rd.Addr(), "--redis-listen-addr="+addr, "--cert-file="+e.srv.CertFile, "--key-file="+e.srv.KeyFile,
+	sock := filepath.Join(t.TempDir(), "fencegate-redis.sock")
+	e.serveGateway(t, "--redis-addr="+rd.Addr(), "--redis-listen-addr="+addr, "--redis-unix-socket="+sock, "--cert-file="+e.srv.CertFile, "--key-file="+e.srv.KeyFile,
 		"--trusted-ca-file="+e.ca.File, "--policy-file="+policyFile)
 	tok := e.lead(t, "r", "alice")
 	host, port, _ := strings.Cut(addr, ":")
@@ -75,9 +79,12 @@ func TestServeRedisListener(t *testing.T) {
 			t.Errorf("%s: got %q, want %q...", tt.name, got, tt.want)
 		}
 	}
+	if got := redisCli(t, "-s", sock, "--user", "r", "--pass", fmt.Sprint(tok), "SET", "{r}:socket", "v"); !strings.HasPrefix(got, "UNAUTHENTICATED fencegate: no client certificate on a Unix socket") {
+		t.Errorf("redis-cli -s: got %q, want UNAUTHENTICATED", got)
+	}
 	direct := goredis.NewClient(&goredis.Options{Addr: rd.Addr(), DisableIdentity: true})
 	defer direct.Close()
-	for key, want := range map[string]int64{"{r}:alice": 1, "{r}:bob": 0, "{r}:stale": 0} {
+	for key, want := range map[string]int64{"{r}:alice": 1, "{r}:bob": 0, "{r}:stale": 0, "{r}:socket": 0} {
 		if n, err := direct.Exists(t.Context(), key).Result(); err != nil || n != want {
 			t.Errorf("key %s in Redis: got %d (%v), want %d", key, n, err, want)
 		}

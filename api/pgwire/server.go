@@ -147,8 +147,11 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = 10000
 	}
-	if cfg.EndedCheckInterval == 0 {
+	switch {
+	case cfg.EndedCheckInterval == 0:
 		cfg.EndedCheckInterval = 100 * time.Millisecond
+	case cfg.EndedCheckInterval < 0:
+		return nil, fmt.Errorf("pgwire: EndedCheckInterval must not be negative, got %v", cfg.EndedCheckInterval)
 	}
 	if cfg.MaxConnections < 0 {
 		return nil, fmt.Errorf("pgwire: MaxConnections must not be negative, got %d", cfg.MaxConnections)

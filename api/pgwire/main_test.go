@@ -76,6 +76,13 @@ type env struct {
 
 func newEnv(t *testing.T, cfg pgwire.Config) *env {
 	t.Helper()
+	return newEnvRoutes(t, cfg, "")
+}
+
+// newEnvRoutes is newEnv with fences routed to term sources as
+// --term-sources routes them ("" for etcd alone).
+func newEnvRoutes(t *testing.T, cfg pgwire.Config, termSources string) *env {
+	t.Helper()
 	ctx := context.Background()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -101,7 +108,17 @@ func newEnv(t *testing.T, cfg pgwire.Config) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(pg.Close)
-	gw, err := proxy.New(proxy.DefaultConfig(), proxy.Options{Terms: w, Postgres: pg})
+	var terms proxy.Terms = w
+	if termSources != "" {
+		routes, err := election.ParseRoutes(termSources)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if terms, err = election.NewRouter(w, routes, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gw, err := proxy.New(proxy.DefaultConfig(), proxy.Options{Terms: terms, Postgres: pg})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,11 +3,11 @@ package pgwire_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/api/pgwire"
@@ -115,13 +115,7 @@ func TestTermEndsOpenTransaction(t *testing.T) {
 				cur, _ := e.lead(t, fence)
 				write(cur)
 			}
-			var vs []string
-			rows, _ := e.admin.Query(ctx, "SELECT v FROM ended_"+tc.name+" ORDER BY id")
-			vs, err = pgx.CollectRows(rows, pgx.RowTo[string])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(vs) != 1 || vs[0] != "leader" {
+			if vs := e.values(t, "ended_"+tc.name); len(vs) != 1 || vs[0] != "leader" {
 				t.Fatalf("rows %q, want only the new leader's", vs)
 			}
 		})
@@ -188,5 +182,40 @@ func TestEndedTransactionSendsNothingMore(t *testing.T) {
 	}
 	if n := e.count(t, "ended_gate"); n != 0 {
 		t.Fatalf("%d rows stored by a COMMIT fencegate said was rolled back", n)
+	}
+}
+
+// TestMonotonicTokenEndsOpenTransaction: with a monotonic fence (any
+// token above the last is a new term), a writer's higher token ends the
+// transaction the holder of the lower one left open: the pipeline learns
+// the new term from that write's own verification, the write waits for
+// the row only until the listener ends the old transaction, and only the
+// new writer's row is stored. Without the listener's check, the write
+// waits for its 10 s deadline.
+func TestMonotonicTokenEndsOpenTransaction(t *testing.T) {
+	ctx := context.Background()
+	e := newEnvRoutes(t, pgwire.Config{}, "mono-*=monotonic")
+	e.table(t, "mono_ended")
+	fence := fmt.Sprintf("mono-ended-%d", time.Now().UnixNano()) // its mark outlives the test
+	z := e.connect(t, fence, 5)
+	tx, err := z.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO mono_ended (v) VALUES ('token 5')"); err != nil {
+		t.Fatal(err)
+	}
+	n := e.connect(t, fence, 6)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := n.Exec(wctx, "INSERT INTO mono_ended (v) VALUES ('token 6')"); err != nil {
+		t.Fatalf("the write with token 6: %v", err)
+	}
+	pe := wantCode(t, tx.Commit(ctx), "FG001")
+	if pe.Severity != "FATAL" || !strings.Contains(pe.Message, "token 5 is below the current term 6; its open transaction is rolled back") {
+		t.Fatalf("token 5's COMMIT: got %s %q", pe.Severity, pe.Message)
+	}
+	if got := e.values(t, "mono_ended"); len(got) != 1 || got[0] != "token 6" {
+		t.Fatalf("rows %q, want only token 6's", got)
 	}
 }

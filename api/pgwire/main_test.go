@@ -76,12 +76,19 @@ type env struct {
 
 func newEnv(t *testing.T, cfg pgwire.Config) *env {
 	t.Helper()
-	return newEnvRoutes(t, cfg, "")
+	return newEnvWith(t, cfg, envOptions{})
 }
 
-// newEnvRoutes is newEnv with fences routed to term sources as
-// --term-sources routes them ("" for etcd alone).
-func newEnvRoutes(t *testing.T, cfg pgwire.Config, termSources string) *env {
+// envOptions are the pipeline's parts newEnv leaves out.
+type envOptions struct {
+	// termSources routes fences to term sources as --term-sources does;
+	// "" for etcd alone.
+	termSources string
+	// audit, when set, gets the pipeline's audit records.
+	audit proxy.AuditLog
+}
+
+func newEnvWith(t *testing.T, cfg pgwire.Config, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
@@ -109,8 +116,8 @@ func newEnvRoutes(t *testing.T, cfg pgwire.Config, termSources string) *env {
 	}
 	t.Cleanup(pg.Close)
 	var terms proxy.Terms = w
-	if termSources != "" {
-		routes, err := election.ParseRoutes(termSources)
+	if o.termSources != "" {
+		routes, err := election.ParseRoutes(o.termSources)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -118,7 +125,7 @@ func newEnvRoutes(t *testing.T, cfg pgwire.Config, termSources string) *env {
 			t.Fatal(err)
 		}
 	}
-	gw, err := proxy.New(proxy.DefaultConfig(), proxy.Options{Terms: terms, Postgres: pg})
+	gw, err := proxy.New(proxy.DefaultConfig(), proxy.Options{Terms: terms, Postgres: pg, Audit: o.audit})
 	if err != nil {
 		t.Fatal(err)
 	}

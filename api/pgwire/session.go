@@ -271,7 +271,7 @@ func (c *session) done(err error) {
 			if r := c.killed.Load(); r != nil {
 				why = r
 			}
-			c.open.Done(why, c.fingerprint(), c.rows)
+			c.open.Done(why, c.fingerprint(c.open), c.rows)
 			c.open = nil
 		}
 		for _, a := range adms {
@@ -566,11 +566,11 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		a.Done(tokens.Refuse(tokens.ReasonStatementFailed, c.fence, a.Token(), "not run: an earlier message of the pipeline failed"), "", 0)
 	}
 	if ended != nil {
-		ended.Done(nil, c.fingerprint(), c.rows)
+		ended.Done(nil, c.fingerprint(ended), c.rows)
 	}
 	if passed != nil {
 		if c.open != nil { // cannot happen: a check starts each transaction once
-			c.open.Done(nil, c.fingerprint(), c.rows)
+			c.open.Done(nil, c.fingerprint(c.open), c.rows)
 		}
 		c.open, c.rows, c.texts = passed, 0, c.texts[:0]
 	}
@@ -585,8 +585,10 @@ var errShutdown = errors.New("pgwire: shutting down")
 
 func (c *session) audited() bool { return c.open != nil && c.open.Audited() }
 
-func (c *session) fingerprint() string {
-	if c.open == nil || !c.open.Audited() {
+// fingerprint is the audit fingerprint of the statements of a, the
+// transaction that just ended (c.open is cleared by then).
+func (c *session) fingerprint(a *proxy.Admission) string {
+	if !a.Audited() {
 		return ""
 	}
 	return audit.Fingerprint(c.texts...)

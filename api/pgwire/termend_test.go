@@ -194,7 +194,7 @@ func TestEndedTransactionSendsNothingMore(t *testing.T) {
 // waits for its 10 s deadline.
 func TestMonotonicTokenEndsOpenTransaction(t *testing.T) {
 	ctx := context.Background()
-	e := newEnvRoutes(t, pgwire.Config{}, "mono-*=monotonic")
+	e := newEnvWith(t, pgwire.Config{}, envOptions{termSources: "mono-*=monotonic"})
 	e.table(t, "mono_ended")
 	fence := fmt.Sprintf("mono-ended-%d", time.Now().UnixNano()) // its mark outlives the test
 	z := e.connect(t, fence, 5)

@@ -247,14 +247,14 @@ func (s *Server) sweep() {
 		case <-tick.C:
 		}
 		s.conns.Each(func(c *session) {
-			if a := c.live.Load(); a != nil {
+			if a := c.open.Load(); a != nil {
 				if why := a.Ended(); why != nil {
 					ends = append(ends, ending{c, a, why})
 				}
 			}
 		})
 		for i, e := range ends {
-			go e.c.endTransaction(e.a, e.why)
+			e.c.endTransaction(e.a, e.why)
 			ends[i] = ending{}
 		}
 		ends = ends[:0]

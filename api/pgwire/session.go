@@ -72,8 +72,6 @@ type session struct {
 	serverPID      uint32 // the server connection's own
 	closeOnce      sync.Once
 	doneOnce       sync.Once
-	// live is open, for Server.sweep: stored under qmu, read without it.
-	live atomic.Pointer[proxy.Admission]
 	// killed is why fencegate ended the session's transaction (its term
 	// ended); close tells the client.
 	killed atomic.Pointer[tokens.RefusalError]
@@ -112,8 +110,10 @@ type session struct {
 	segStmts, segPortals map[string]int32
 
 	// S2C only.
-	sout  []byte
-	open  *proxy.Admission // the fenced transaction in progress
+	sout []byte
+	// open is the fenced transaction in progress: stored under qmu (by
+	// S2C, and done), read without it by Server.sweep.
+	open  atomic.Pointer[proxy.Admission]
 	rows  int64
 	texts []string
 }
@@ -157,10 +157,11 @@ func (g *gate) Write(p []byte) (int, error) {
 // can reach the server after this check, and the transaction is rolled
 // back for certain (the client is told so). A session with messages in
 // flight may be committing: the client is told only that fencegate ended
-// the transaction.
+// the transaction. The decision is taken on the caller's goroutine, the
+// closing on one of its own.
 func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) {
 	c.qmu.Lock()
-	end := c.live.Load() == a && c.status != 'E' && !c.dead
+	end := c.open.Load() == a && c.status != 'E' && !c.dead
 	busy := c.qlen > 0
 	if end {
 		if !busy {
@@ -180,9 +181,14 @@ func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) {
 		end = c.killed.CompareAndSwap(nil, &r)
 	}
 	c.qmu.Unlock()
-	if !end {
-		return
+	if end {
+		go c.closeEnded(a, why, busy)
 	}
+}
+
+// closeEnded is endTransaction's I/O, on a goroutine of its own: the
+// server connection first, so the row is free as soon as it can be.
+func (c *session) closeEnded(a *proxy.Admission, why *tokens.RefusalError, busy bool) {
 	if h := c.s.testHookEnding; h != nil {
 		h()
 	}
@@ -250,7 +256,7 @@ func (c *session) done(err error) {
 		}
 		c.qmu.Lock()
 		c.dead = true
-		c.live.Store(nil)
+		open := c.open.Swap(nil)
 		c.qcond.Broadcast()
 		for p := int64(c.peak); ; {
 			if old := c.s.peakQueued.Load(); old >= p || c.s.peakQueued.CompareAndSwap(old, p) {
@@ -266,13 +272,12 @@ func (c *session) done(err error) {
 		adms = append(adms, c.notRun...)
 		c.notRun = nil
 		c.qmu.Unlock()
-		if c.open != nil {
+		if open != nil {
 			var why error // the check passed
 			if r := c.killed.Load(); r != nil {
 				why = r
 			}
-			c.open.Done(why, c.fingerprint(c.open), c.rows)
-			c.open = nil
+			open.Done(why, c.fingerprint(open), c.rows)
 		}
 		for _, a := range adms {
 			a.Done(tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, a.Token(), "connection closed before the fence check's answer"), "", 0)
@@ -527,19 +532,19 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 			c.changes[g.chg].ok = true
 		}
 		if complete && g.msg == 'E' && g.own == ownClient && g.kind == kindEnd && t == 'C' {
-			ended = c.open
-			c.open = nil
+			ended = c.open.Swap(nil)
 		}
 	}
 	if complete {
-		if g.own == ownClient && c.s.gw != nil && g.text != "" && c.open != nil && c.audited() {
+		if g.own == ownClient && c.s.gw != nil && g.text != "" && c.audited() {
 			c.texts = append(c.texts, g.text)
 		}
 		if t == 'Z' {
 			c.status = body[0]
-			if c.status == 'I' && c.open != nil {
-				ended = c.open
-				c.open = nil
+			if c.status == 'I' {
+				if a := c.open.Swap(nil); a != nil {
+					ended = a
+				}
 			}
 			c.discard = false
 		}
@@ -548,10 +553,9 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 			c.qcond.Broadcast()
 		}
 	}
+	var unended *proxy.Admission
 	if passed != nil {
-		c.live.Store(passed)
-	} else if ended != nil {
-		c.live.Store(nil)
+		unended = c.open.Swap(passed) // nil: a check starts each transaction once
 	}
 	notRun, c.notRun = c.notRun, nil
 	// Shutting down: an idle session ends after this ReadyForQuery; one
@@ -569,10 +573,10 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		ended.Done(nil, c.fingerprint(ended), c.rows)
 	}
 	if passed != nil {
-		if c.open != nil { // cannot happen: a check starts each transaction once
-			c.open.Done(nil, c.fingerprint(c.open), c.rows)
+		if unended != nil {
+			unended.Done(nil, c.fingerprint(unended), c.rows)
 		}
-		c.open, c.rows, c.texts = passed, 0, c.texts[:0]
+		c.rows, c.texts = 0, c.texts[:0]
 	}
 	if closeNow {
 		_ = c.answer(out)
@@ -583,10 +587,13 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 
 var errShutdown = errors.New("pgwire: shutting down")
 
-func (c *session) audited() bool { return c.open != nil && c.open.Audited() }
+func (c *session) audited() bool {
+	a := c.open.Load()
+	return a != nil && a.Audited()
+}
 
 // fingerprint is the audit fingerprint of the statements of a, the
-// transaction that just ended (c.open is cleared by then).
+// transaction that just ended (c.open no longer holds it).
 func (c *session) fingerprint(a *proxy.Admission) string {
 	if !a.Audited() {
 		return ""

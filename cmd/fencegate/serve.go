@@ -297,10 +297,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	var opened []net.Listener
 	serving := false
 	defer func() {
+		if serving {
+			return
+		}
 		for _, l := range opened {
-			if !serving {
-				l.Close()
-			}
+			l.Close()
 		}
 	}()
 	listen := func(flag, network, addr string) (net.Listener, error) {

@@ -119,7 +119,10 @@ type session struct {
 }
 
 // close closes both connections: the server first, so an open
-// transaction is rolled back whatever the client does.
+// transaction is rolled back whatever the client does. It also wakes C2S
+// where it waits for answers (room, startSegment): none will come, and a
+// closed connection does not wake a condition variable. close must not be
+// called with qmu held.
 func (c *session) close() {
 	c.closeOnce.Do(func() {
 		c.server.Close()
@@ -127,6 +130,10 @@ func (c *session) close() {
 			c.tellEnded(r)
 		}
 		c.client.Close()
+		c.qmu.Lock()
+		c.dead = true
+		c.qcond.Broadcast()
+		c.qmu.Unlock()
 	})
 }
 

@@ -2,6 +2,7 @@ package pgwire_test
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"
@@ -217,5 +218,173 @@ func TestMonotonicTokenEndsOpenTransaction(t *testing.T) {
 	}
 	if got := e.values(t, "mono_ended"); len(got) != 1 || got[0] != "token 6" {
 		t.Fatalf("rows %q, want only token 6's", got)
+	}
+}
+
+// TestForgedTokenEndsNothing: a client with a made-up token above the
+// leader's cannot end the leader's open transaction: its write is refused
+// (UNKNOWN_TERM, after etcd says no leader held it), the term in memory
+// stays the leader's, and the leader's transaction commits.
+func TestForgedTokenEndsNothing(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "ended_forged")
+	tok, _ := e.lead(t, "ended-forged")
+	l := e.connect(t, "ended-forged", tok)
+	tx, err := l.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO ended_forged (v) VALUES ('leader')"); err != nil {
+		t.Fatal(err)
+	}
+	f := e.connect(t, "ended-forged", tok+1000)
+	_, err = f.Exec(ctx, "INSERT INTO ended_forged (v) VALUES ('forger')")
+	wantCode(t, err, "FG003")
+	time.Sleep(500 * time.Millisecond) // five checks
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatalf("the leader's COMMIT after a forger's write: %v", err)
+	}
+	if vs := e.values(t, "ended_forged"); len(vs) != 1 || vs[0] != "leader" {
+		t.Fatalf("rows %q, want only the leader's", vs)
+	}
+}
+
+// TestFailedTransactionLeftOpen: a transaction that failed (a statement
+// errored, so PostgreSQL released its locks) is not ended when its term
+// ends: the next leader's write does not wait for it, and the zombie's
+// ROLLBACK and its later statements get ordinary answers on the same
+// connection: a refusal of its stale token, then writes after SET
+// fencegate.token.
+func TestFailedTransactionLeftOpen(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "ended_failed")
+	old, resign := e.lead(t, "ended-failed")
+	z := e.connect(t, "ended-failed", old)
+	var pid int32
+	if err := z.QueryRow(ctx, "SELECT pg_backend_pid()").Scan(&pid); err != nil {
+		t.Fatal(err)
+	}
+	pc := z.PgConn()
+	for _, sql := range []string{"BEGIN", "INSERT INTO ended_failed (v) VALUES ('zombie')"} {
+		if _, err := pc.Exec(ctx, sql).ReadAll(); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	if _, err := pc.Exec(ctx, "SELECT 1/0").ReadAll(); err == nil {
+		t.Fatal("SELECT 1/0 did not fail")
+	}
+	resign()
+	cur, _ := e.lead(t, "ended-failed")
+	n := e.connect(t, "ended-failed", cur)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := n.Exec(wctx, "INSERT INTO ended_failed (v) VALUES ('leader')"); err != nil {
+		t.Fatalf("the new leader's write: %v", err)
+	}
+	time.Sleep(500 * time.Millisecond) // five checks
+	if got := e.countWhere(t, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", pid); got != 1 {
+		t.Fatal("the failed transaction's session was ended")
+	}
+	if _, err := pc.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+		t.Fatalf("ROLLBACK: %v", err)
+	}
+	_, err := pc.Exec(ctx, "INSERT INTO ended_failed (v) VALUES ('zombie again')").ReadAll()
+	wantCode(t, err, "FG001")
+	if _, err := pc.Exec(ctx, fmt.Sprintf("SET fencegate.token = %d", cur)).ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Exec(ctx, "INSERT INTO ended_failed (v) VALUES ('same connection, new token')").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if vs := e.values(t, "ended_failed"); len(vs) != 2 || vs[0] != "leader" || vs[1] != "same connection, new token" {
+		t.Fatalf("rows %q", vs)
+	}
+}
+
+// TestEndedWhileNotReading: a zombie that pipelines queries and reads no
+// answer, so fencegate's writes to it block, is still ended when its term
+// ends: the next leader's write goes through, and the session is gone
+// within seconds (the FATAL is given up on after a second).
+func TestEndedWhileNotReading(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "ended_deaf")
+	old, resign := e.lead(t, "ended-deaf")
+	conn := e.hijack(t, "ended-deaf", old)
+	msg := func(sql string) []byte {
+		b := append([]byte{'Q', 0, 0, 0, 0}, sql...)
+		b = append(b, 0)
+		binary.BigEndian.PutUint32(b[1:], uint32(len(b)-1))
+		return b
+	}
+	if _, err := conn.Write(append(msg("BEGIN"), msg("INSERT INTO ended_deaf (v) VALUES ('zombie')")...)); err != nil {
+		t.Fatal(err)
+	}
+	// Answers of a megabyte each, never read: the socket buffers fill and
+	// fencegate's writes to this client block.
+	big := msg("SELECT repeat('x', 1 << 20)")
+	go func() {
+		for range 64 {
+			if _, err := conn.Write(big); err != nil {
+				return
+			}
+		}
+	}()
+	time.Sleep(time.Second)
+	open0, _ := e.srv.Connections()
+	resign()
+	cur, _ := e.lead(t, "ended-deaf")
+	n := e.connect(t, "ended-deaf", cur)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if _, err := n.Exec(wctx, "INSERT INTO ended_deaf (v) VALUES ('leader')"); err != nil {
+		t.Fatalf("the new leader's write: %v", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if open, _ := e.srv.Connections(); open < open0+1 { // the leader's connection is new
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the zombie's session is still open after 10 s")
+		}
+	}
+	if vs := e.values(t, "ended_deaf"); len(vs) != 1 || vs[0] != "leader" {
+		t.Fatalf("rows %q, want only the leader's", vs)
+	}
+}
+
+// TestServerGoneWhilePipelining: when the database ends a session's
+// server connection while the client has queries queued behind a running
+// one (fencegate waits for the running one's answer before it sends the
+// next), the session ends; it used to wait for that answer for ever,
+// holding its connection and goroutines.
+func TestServerGoneWhilePipelining(t *testing.T) {
+	e := newEnv(t, pgwire.Config{})
+	tok, _ := e.lead(t, "gone")
+	open0, _ := e.srv.Connections()
+	conn := e.hijack(t, "gone", tok)
+	var queries []byte
+	for _, sql := range []string{"SELECT pg_sleep(30)", "SELECT 1", "SELECT 2"} {
+		b := append([]byte{'Q', 0, 0, 0, 0}, sql...)
+		b = append(b, 0)
+		binary.BigEndian.PutUint32(b[1:], uint32(len(b)-1))
+		queries = append(queries, b...)
+	}
+	if _, err := conn.Write(queries); err != nil {
+		t.Fatal(err)
+	}
+	// The statement runs behind fencegate's check, in one query string.
+	const running = "SELECT count(*) FROM pg_stat_activity WHERE query LIKE 'SELECT fencegate.advance%pg_sleep(30)'"
+	e.waitFor(t, running)
+	e.waitFor(t, "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE query LIKE 'SELECT fencegate.advance%pg_sleep(30)') AS t")
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if open, _ := e.srv.Connections(); open <= open0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the session whose server connection ended is still open after 10 s")
+		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -18,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -228,14 +228,9 @@ func (g *gateway) httpURL(path string) string {
 	return "http://" + g.httpAddr + path
 }
 
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
-}
+// freeAddr picks a free loopback address below the kernel's ephemeral
+// range, which no client connection can take before the server binds it.
+func freeAddr() (string, error) { return freeport.Pick() }
 
 // startGateway starts bin/fencegate serve as name, with extra flags after
 // the common ones; clients reach it over TLS with tc when not nil.

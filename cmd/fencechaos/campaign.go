@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/cmd/internal/freeport"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -474,22 +474,19 @@ func hostileSummary(h *History) []string {
 	return lines
 }
 
-// freePorts reserves n distinct free loopback ports.
+// freePorts picks n distinct free loopback ports for the servers this
+// campaign starts, below the kernel's ephemeral range: the many client
+// connections of a campaign would otherwise take one now and then between
+// the pick and the server's bind, and the server would exit with "address
+// already in use" (as fencegate g1 once did in CI).
 func freePorts(n int) ([]int, error) {
-	var ls []net.Listener
-	defer func() {
-		for _, l := range ls {
-			l.Close()
-		}
-	}()
-	var ports []int
+	ports := make([]int, 0, n)
 	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		p, err := freeport.Port()
 		if err != nil {
 			return nil, err
 		}
-		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, p)
 	}
 	return ports, nil
 }

@@ -1,8 +1,10 @@
-// Package freeport hands tests free loopback addresses for the servers they
-// start.
+// Package freeport hands tests and the test tools (fencebench, fencechaos)
+// free loopback addresses for the servers they start.
 package freeport
 
 import (
+	"errors"
+	"fmt"
 	"math/rand/v2"
 	"net"
 	"os"
@@ -19,7 +21,19 @@ import (
 var handedOut sync.Map
 
 // Addr returns a 127.0.0.1:port address that was free a moment ago and that
-// no earlier call in this process returned.
+// no earlier call in this process returned, or fails t.
+func Addr(t testing.TB) string {
+	t.Helper()
+	addr, err := Pick()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+// Pick returns a 127.0.0.1:port address that was free a moment ago and that
+// no earlier call in this process returned, for a server another process
+// is about to bind.
 //
 // The port is drawn below the kernel's ephemeral range
 // (net.ipv4.ip_local_port_range), from which every outgoing connection
@@ -27,8 +41,7 @@ var handedOut sync.Map
 // can be taken by a client connection of another test, or of the servers
 // it starts, between the probe and the server's own bind ("address
 // already in use"). Where the range cannot be read, the kernel picks.
-func Addr(t testing.TB) string {
-	t.Helper()
+func Pick() (string, error) {
 	lo := ephemeralLow()
 	for range 1000 {
 		port := 0
@@ -38,18 +51,30 @@ func Addr(t testing.TB) string {
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			if port == 0 {
-				t.Fatal(err)
+				return "", fmt.Errorf("freeport: %w", err)
 			}
 			continue // in use
 		}
 		addr := l.Addr().String()
 		l.Close()
 		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
-			return addr
+			return addr, nil
 		}
 	}
-	t.Fatal("freeport: no free port found in 1000 tries")
-	return ""
+	return "", errors.New("freeport: no free port found in 1000 tries")
+}
+
+// Port is Pick's port alone.
+func Port() (int, error) {
+	addr, err := Pick()
+	if err != nil {
+		return 0, err
+	}
+	_, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return 0, err
+	}
+	return strconv.Atoi(p)
 }
 
 // minPort is the lowest port Addr hands out: above the well-known and

@@ -30,3 +30,16 @@ func TestAddrBelowEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+func TestPortMatchesPick(t *testing.T) {
+	p, err := Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lo := ephemeralLow(); lo > minPort && (p < minPort || p >= lo) {
+		t.Fatalf("port %d: want one in [%d, %d)", p, minPort, lo)
+	}
+	if _, dup := handedOut.Load(net.JoinHostPort("127.0.0.1", strconv.Itoa(p))); !dup {
+		t.Fatalf("port %d was not recorded as handed out", p)
+	}
+}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"sync"
 	"syscall"
@@ -87,12 +86,11 @@ func (r *Runner) startLocked(ctx context.Context, samePort bool) error {
 }
 
 func (r *Runner) freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := freePort()
 	if err != nil {
 		return 0, fmt.Errorf("%s: find a free port: %w", r.cfg.Name, err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return p, nil
 }
 
 // Port returns the TCP port the server listens on (on 127.0.0.1).

@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -26,17 +25,8 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/api/auth/authtest"
+	"github.com/fencegate/fencegate/election/freeport"
 )
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
-}
 
 // startProcess starts a child process, stopped with SIGINT (then killed) when the
 // test ends; killed with the test binary too.
@@ -122,10 +112,10 @@ func TestLivePrometheus(t *testing.T) {
 		}
 	}
 
-	etcdAddr, httpAddr, metricsAddr, promAddr := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
+	etcdAddr, httpAddr, metricsAddr, promAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
 	startProcess(t, filepath.Join(dir, "fencegate.log"), bin, "dev",
-		"--etcd-listen=http://"+etcdAddr, "--grpc-addr="+freeAddr(t), "--http-addr="+httpAddr,
-		"--pg-listen-addr="+freeAddr(t), "--redis-listen-addr="+freeAddr(t), "--metrics-addr="+metricsAddr,
+		"--etcd-listen=http://"+etcdAddr, "--grpc-addr="+freeport.Addr(t), "--http-addr="+httpAddr,
+		"--pg-listen-addr="+freeport.Addr(t), "--redis-listen-addr="+freeport.Addr(t), "--metrics-addr="+metricsAddr,
 		"--cert-file="+srv.CertFile, "--key-file="+srv.KeyFile, "--token-auth-file="+tokens, "--policy-file="+policyFile)
 	plain := &http.Client{Timeout: 5 * time.Second}
 	waitFor(t, "fencegate ready on --metrics-addr", 2*time.Minute, func() error {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,6 +19,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/election/embedded"
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 // idleWatchEnv sets how long TestWatcherIdleEtcd keeps each watch idle.
@@ -131,7 +131,7 @@ func startIdleEtcdBinary(t *testing.T) string {
 // failure it returns the server's output.
 func startEtcdBinary(t *testing.T, bin string) (endpoint, output string, err error) {
 	t.Helper()
-	client, peer := freeLocalAddr(t), freeLocalAddr(t)
+	client, peer := freeport.Addr(t), freeport.Addr(t)
 	dir := t.TempDir()
 	var logs syncBuffer
 	cmd := exec.Command(bin,
@@ -180,16 +180,6 @@ func startEtcdBinary(t *testing.T, bin string) (endpoint, output string, err err
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-}
-
-func freeLocalAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 type syncBuffer struct {

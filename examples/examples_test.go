@@ -16,6 +16,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
+
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -221,10 +223,10 @@ func startDev(t *testing.T, bin string) *dev {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := &dev{http: "http://" + freeAddr(t), etcd: "http://" + freeAddr(t)}
-	pg := freeAddr(t)
+	d := &dev{http: "http://" + freeport.Addr(t), etcd: "http://" + freeport.Addr(t)}
+	pg := freeport.Addr(t)
 	d.pgHost, d.pgPort, _ = net.SplitHostPort(pg)
-	cmd := exec.Command(bin, "dev", "--etcd-listen="+d.etcd, "--grpc-addr="+freeAddr(t),
+	cmd := exec.Command(bin, "dev", "--etcd-listen="+d.etcd, "--grpc-addr="+freeport.Addr(t),
 		"--http-addr="+strings.TrimPrefix(d.http, "http://"), "--pg-listen-addr="+pg)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -269,16 +271,6 @@ func startDev(t *testing.T, bin string) *dev {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-}
-
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().String()
 }
 
 func readFile(t *testing.T, path string) string {

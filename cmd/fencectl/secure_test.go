@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/api/auth/authtest"
-	"github.com/fencegate/fencegate/cmd/internal/freeport"
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 // secureDev is `fencegate dev` serving TLS, asking clients for a

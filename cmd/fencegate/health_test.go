@@ -16,7 +16,7 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/fencegate/fencegate/cmd/internal/freeport"
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 // TestDevStaysReady runs `fencegate dev` with JSON logs and leaves it idle:

@@ -19,8 +19,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/cmd/internal/freeport"
 	"github.com/fencegate/fencegate/election/embedded"
+	"github.com/fencegate/fencegate/election/freeport"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
 )

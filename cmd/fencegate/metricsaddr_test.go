@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/cmd/internal/freeport"
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 func TestCheckMetricsAddr(t *testing.T) {

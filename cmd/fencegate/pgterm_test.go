@@ -14,7 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/fencegate/fencegate/cmd/internal/freeport"
+	"github.com/fencegate/fencegate/election/freeport"
 	"github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	redisthrow "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )

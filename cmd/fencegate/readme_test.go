@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/cmd/internal/freeport"
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 // walkthroughHeadings are the README sections whose ```sh blocks

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/cmd/internal/freeport"
+	"github.com/fencegate/fencegate/election/freeport"
 	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
 

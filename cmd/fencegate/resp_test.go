@@ -13,7 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/api/auth/authtest"
-	"github.com/fencegate/fencegate/cmd/internal/freeport"
+	"github.com/fencegate/fencegate/election/freeport"
 	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
 

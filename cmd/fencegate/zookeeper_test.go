@@ -11,7 +11,7 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/fencegate/fencegate/cmd/internal/freeport"
+	"github.com/fencegate/fencegate/election/freeport"
 	"github.com/fencegate/fencegate/election/zookeeper/throwaway"
 )
 

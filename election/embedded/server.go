@@ -14,6 +14,8 @@ import (
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 // Config configures an embedded etcd server.
@@ -203,7 +205,10 @@ func (s *Server) Close() {
 // port, to be closed before the port is bound.
 func resolveURL(raw, scheme string) (url.URL, net.Listener, error) {
 	if raw == "" {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		// Below the ephemeral range: a restart on the same URLs (Config)
+		// must not find the port taken by an outgoing connection, its own
+		// clients' reconnects included.
+		l, err := freeport.Listen()
 		if err != nil {
 			return url.URL{}, nil, err
 		}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -15,6 +14,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 // ErrNotFound is returned by Start when ZooKeeper or java is not installed.
@@ -69,7 +70,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if opts.StartTimeout == 0 {
 		opts.StartTimeout = 30 * time.Second
 	}
-	port, err := freePort()
+	port, err := freeport.Port() // below the ephemeral range: Restart binds it again
 	if err != nil {
 		return nil, fmt.Errorf("throwaway zookeeper: %w", err)
 	}
@@ -196,51 +197,6 @@ func serving(ctx context.Context, addr string) error {
 		return fmt.Errorf("srvr: got %q (%v), want Mode: standalone", b, err)
 	}
 	return nil
-}
-
-// freePort returns a port that was free a moment ago, drawn below the
-// kernel's ephemeral range (net.ipv4.ip_local_port_range) where it can:
-// Restart binds the same port again, and while the server is down a port
-// of that range can become the local port of any outgoing connection.
-func freePort() (int, error) {
-	lo := ephemeralLow()
-	for range 1000 {
-		port := 0
-		if lo > minPort {
-			port = minPort + rand.IntN(lo-minPort)
-		}
-		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
-		if err != nil {
-			if port == 0 {
-				return 0, err
-			}
-			continue // in use
-		}
-		l.Close()
-		return l.Addr().(*net.TCPAddr).Port, nil
-	}
-	return 0, errors.New("no free port found in 1000 tries")
-}
-
-// minPort is the lowest port freePort draws.
-const minPort = 20000
-
-// ephemeralLow is the first port of the kernel's ephemeral range, or 0
-// when it cannot be read.
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(b))
-	if len(f) != 2 {
-		return 0
-	}
-	lo, err := strconv.Atoi(f[0])
-	if err != nil {
-		return 0
-	}
-	return lo
 }
 
 // Addr returns the server's client address, 127.0.0.1:<port>.

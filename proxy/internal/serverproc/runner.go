@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 // Config configures a Runner.
@@ -86,7 +88,11 @@ func (r *Runner) startLocked(ctx context.Context, samePort bool) error {
 }
 
 func (r *Runner) freePort() (int, error) {
-	p, err := freePort()
+	// Below the kernel's ephemeral range: Restart binds the same port
+	// again, and while the server is down a port of that range can become
+	// the local port of any outgoing connection (a chaos campaign's
+	// gateways open hundreds a second); the server could not come back.
+	p, err := freeport.Port()
 	if err != nil {
 		return 0, fmt.Errorf("%s: find a free port: %w", r.cfg.Name, err)
 	}

@@ -43,3 +43,17 @@ func TestPortMatchesPick(t *testing.T) {
 		t.Fatalf("port %d was not recorded as handed out", p)
 	}
 }
+
+func TestListenHoldsItsPort(t *testing.T) {
+	l, err := Listen()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := net.Listen("tcp", l.Addr().String()); err == nil {
+		t.Fatalf("%s: bound twice", l.Addr())
+	}
+	if addr := Addr(t); addr == l.Addr().String() {
+		t.Fatalf("%s handed out again while held", addr)
+	}
+}

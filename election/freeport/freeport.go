@@ -1,5 +1,9 @@
-// Package freeport hands tests and the test tools (fencebench, fencechaos)
-// free loopback addresses for the servers they start.
+// Package freeport picks free loopback ports for the throwaway servers that
+// tests, `fencegate dev` and the test tools (fencebench, fencechaos) start.
+//
+// It lives at the bottom of the import graph (cmd → api → proxy → tokens →
+// election) so that every tree that starts a server, deploy's and
+// examples' tests included, draws its ports by one rule.
 package freeport
 
 import (
@@ -11,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"testing"
 )
 
 // handedOut holds every address Addr returned. A port is free once its
@@ -20,9 +23,16 @@ import (
 // for both.
 var handedOut sync.Map
 
+// TB is the part of testing.TB that Addr uses; the package does not import
+// testing, as fencegate's own binary links it.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+}
+
 // Addr returns a 127.0.0.1:port address that was free a moment ago and that
 // no earlier call in this process returned, or fails t.
-func Addr(t testing.TB) string {
+func Addr(t TB) string {
 	t.Helper()
 	addr, err := Pick()
 	if err != nil {
@@ -40,8 +50,21 @@ func Addr(t testing.TB) string {
 // takes its local port: a port picked there (as Listen on port 0 does)
 // can be taken by a client connection of another test, or of the servers
 // it starts, between the probe and the server's own bind ("address
-// already in use"). Where the range cannot be read, the kernel picks.
+// already in use"), or while a server restarted on it is down. Where the
+// range cannot be read, the kernel picks.
 func Pick() (string, error) {
+	l, err := Listen()
+	if err != nil {
+		return "", err
+	}
+	addr := l.Addr().String()
+	l.Close()
+	return addr, nil
+}
+
+// Listen is Pick's probe listener, held open: for a server in this
+// process that binds the port itself once it closes l.
+func Listen() (net.Listener, error) {
 	lo := ephemeralLow()
 	for range 1000 {
 		port := 0
@@ -51,17 +74,17 @@ func Pick() (string, error) {
 		l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
 		if err != nil {
 			if port == 0 {
-				return "", fmt.Errorf("freeport: %w", err)
+				return nil, fmt.Errorf("freeport: %w", err)
 			}
 			continue // in use
 		}
-		addr := l.Addr().String()
-		l.Close()
-		if _, dup := handedOut.LoadOrStore(addr, true); !dup {
-			return addr, nil
+		if _, dup := handedOut.LoadOrStore(l.Addr().String(), true); dup {
+			l.Close()
+			continue
 		}
+		return l, nil
 	}
-	return "", errors.New("freeport: no free port found in 1000 tries")
+	return nil, errors.New("freeport: no free port found in 1000 tries")
 }
 
 // Port is Pick's port alone.

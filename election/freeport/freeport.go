@@ -17,7 +17,7 @@ import (
 	"sync"
 )
 
-// handedOut holds every address Addr returned. A port is free once its
+// handedOut holds every address Listen returned. A port is free once its
 // probe listener closes, so the kernel may offer it again to the next
 // probe; without this, a test asking for two listeners could get one port
 // for both.
@@ -100,7 +100,7 @@ func Port() (int, error) {
 	return strconv.Atoi(p)
 }
 
-// minPort is the lowest port Addr hands out: above the well-known and
+// minPort is the lowest port Listen hands out: above the well-known and
 // most registered services' ports.
 const minPort = 20000
 

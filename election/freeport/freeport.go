@@ -12,9 +12,11 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 )
 
 // handedOut holds every address Listen returned. A port is free once its
@@ -82,9 +84,40 @@ func Listen() (net.Listener, error) {
 			l.Close()
 			continue
 		}
+		if !reserve(l.Addr().(*net.TCPAddr).Port) {
+			l.Close() // another process handed it out
+			continue
+		}
 		return l, nil
 	}
 	return nil, errors.New("freeport: no free port found in 1000 tries")
+}
+
+// reservations hold, for the life of the process, an abstract Unix socket
+// named after each port handed out (Linux only). Another process using
+// this package skips a port whose name is bound, so two test binaries
+// running at once (go test runs packages in parallel) cannot hand out one
+// port in the moment between a probe and a server's bind. The kernel drops
+// the names when the process exits; they leave no files.
+var (
+	reservationsMu sync.Mutex
+	reservations   []net.Listener
+)
+
+// reserve binds port's name, reporting false if another process holds it.
+// Where names cannot be bound, every port counts as reserved.
+func reserve(port int) bool {
+	if runtime.GOOS != "linux" {
+		return true
+	}
+	l, err := net.Listen("unix", "@fencegate-freeport-"+strconv.Itoa(port))
+	if err != nil {
+		return !errors.Is(err, syscall.EADDRINUSE)
+	}
+	reservationsMu.Lock()
+	reservations = append(reservations, l)
+	reservationsMu.Unlock()
+	return true
 }
 
 // Port is Pick's port alone.

@@ -1,8 +1,13 @@
 package freeport
 
 import (
+	"fmt"
 	"net"
+	"os"
+	"os/exec"
+	"runtime"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -55,5 +60,34 @@ func TestListenHoldsItsPort(t *testing.T) {
 	}
 	if addr := Addr(t); addr == l.Addr().String() {
 		t.Fatalf("%s handed out again while held", addr)
+	}
+}
+
+// TestAnotherProcessSkipsReservedPorts runs this test binary again, as
+// another process, which must find a port this one handed out reserved.
+func TestAnotherProcessSkipsReservedPorts(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("port reservations are abstract Unix sockets, Linux only")
+	}
+	if p := os.Getenv("FREEPORT_CHILD_PORT"); p != "" {
+		port, _ := strconv.Atoi(p)
+		fmt.Printf("reserve(%d)=%v\n", port, reserve(port))
+		return
+	}
+	port, err := Port()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if reserve(port) {
+		t.Fatalf("port %d: reserved twice in one process", port)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestAnotherProcessSkipsReservedPorts$")
+	cmd.Env = append(os.Environ(), "FREEPORT_CHILD_PORT="+strconv.Itoa(port))
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	if want := fmt.Sprintf("reserve(%d)=false", port); !strings.Contains(string(out), want) {
+		t.Fatalf("another process: got %q, want %q", out, want)
 	}
 }

@@ -697,7 +697,7 @@ func (c *campaign) waitReady(ctx context.Context, g *gateway, limit time.Duratio
 			err = fmt.Errorf("readyz: %s", resp.Status)
 		}
 		if !g.running() {
-			return fmt.Errorf("%s exited (see %s)", g.name, g.log)
+			return errors.New(g.exited(g.name))
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
 			return fmt.Errorf("%s not ready: %w", g.name, err)
@@ -834,11 +834,11 @@ func (c *campaign) supervise(ctx context.Context) {
 		}
 		c.mu.Unlock()
 		for _, w := range deadWorkers {
-			c.surprise(w.name() + " exited (see " + w.proc.log + ")")
+			c.surprise(w.proc.exited(w.name()))
 			_ = c.restartWorker(w)
 		}
 		for _, ch := range dead {
-			c.surprise(ch.name + " exited (see " + ch.log + ")")
+			c.surprise(ch.exited(ch.name))
 			_ = ch.start()
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -130,4 +131,40 @@ func (c *child) stop(grace time.Duration) {
 	// Whatever it left in its group goes too.
 	_ = syscall.Kill(-pid, syscall.SIGKILL)
 	<-done
+}
+
+// exited describes a child that exited on its own, as name: the last line
+// it logged (most often why: a flag refused, a port taken) and where the
+// whole log is, so the reason shows in CI's output too.
+func (c *child) exited(name string) string {
+	if line := lastLine(c.log); line != "" {
+		return fmt.Sprintf("%s exited: %q (see %s)", name, line, c.log)
+	}
+	return fmt.Sprintf("%s exited (see %s)", name, c.log)
+}
+
+// lastLine returns the last non-empty line of the file at path, at most
+// 300 bytes of it, or "" if there is none or it cannot be read.
+func lastLine(path string) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	const tail = 4096
+	buf := make([]byte, tail)
+	off := int64(0)
+	if st, err := f.Stat(); err == nil && st.Size() > tail {
+		off = st.Size() - tail
+	}
+	n, _ := f.ReadAt(buf, off)
+	lines := strings.Split(string(buf[:n]), "\n")
+	line := ""
+	for i := len(lines) - 1; i >= 0 && line == ""; i-- {
+		line = strings.TrimSpace(lines[i])
+	}
+	if len(line) > 300 {
+		line = strings.ToValidUTF8(line[:300], "") + "…"
+	}
+	return line
 }

@@ -700,6 +700,9 @@ func (c *campaign) waitReady(ctx context.Context, g *gateway, limit time.Duratio
 			return errors.New(g.exited(g.name))
 		}
 		if ctx.Err() != nil || time.Now().After(deadline) {
+			if line := lastLine(g.log); line != "" {
+				return fmt.Errorf("%s not ready: %w; it last logged %q (see %s)", g.name, err, line, g.log)
+			}
 			return fmt.Errorf("%s not ready: %w", g.name, err)
 		}
 		time.Sleep(100 * time.Millisecond)

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 // bouncer is Debian's pgbouncer in session mode in front of the bench's
@@ -54,7 +56,7 @@ func startBouncer(ctx context.Context, pgPort int, users ...string) (*bouncer, e
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if b.addr, err = freeAddr(); err != nil {
+	if b.addr, err = freeport.Pick(); err != nil {
 		return nil, err
 	}
 	_, port, _ := net.SplitHostPort(b.addr)

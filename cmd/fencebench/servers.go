@@ -228,10 +228,6 @@ func (g *gateway) httpURL(path string) string {
 	return "http://" + g.httpAddr + path
 }
 
-// freeAddr picks a free loopback address below the kernel's ephemeral
-// range, which no client connection can take before the server binds it.
-func freeAddr() (string, error) { return freeport.Pick() }
-
 // startGateway starts bin/fencegate serve as name, with extra flags after
 // the common ones; clients reach it over TLS with tc when not nil.
 func startGateway(ctx context.Context, cfg config, dir string, e *env, name string, extra []string, tc *tls.Config) (*gateway, error) {
@@ -244,10 +240,10 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env, name stri
 	}
 	g := &gateway{name: name, logPath: filepath.Join(dir, name+".log"), done: make(chan struct{}), tls: tc,
 		hc: &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}}
-	if g.grpcAddr, err = freeAddr(); err != nil {
+	if g.grpcAddr, err = freeport.Pick(); err != nil {
 		return nil, err
 	}
-	if g.httpAddr, err = freeAddr(); err != nil {
+	if g.httpAddr, err = freeport.Pick(); err != nil {
 		return nil, err
 	}
 	args := []string{"serve",
@@ -258,17 +254,17 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env, name stri
 		"--http-addr=" + g.httpAddr,
 	}
 	if tc == nil {
-		if g.pgAddr, err = freeAddr(); err != nil {
+		if g.pgAddr, err = freeport.Pick(); err != nil {
 			return nil, err
 		}
 		args = append(args, "--pg-listen-addr="+g.pgAddr)
-		if g.respAddr, err = freeAddr(); err != nil {
+		if g.respAddr, err = freeport.Pick(); err != nil {
 			return nil, err
 		}
 		args = append(args, "--redis-listen-addr="+g.respAddr)
 	}
 	if cfg.profileDir != "" {
-		if g.pprofAddr, err = freeAddr(); err != nil {
+		if g.pprofAddr, err = freeport.Pick(); err != nil {
 			return nil, err
 		}
 		args = append(args, "--pprof-addr="+g.pprofAddr)

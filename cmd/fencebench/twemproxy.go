@@ -16,6 +16,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fencegate/fencegate/election/freeport"
 )
 
 // twemproxy is Debian's nutcracker in front of the bench's Redis: the
@@ -57,10 +59,10 @@ func startTwemproxy(ctx context.Context, redisAddr string) (*twemproxy, error) {
 			_ = os.RemoveAll(dir)
 		}
 	}()
-	if tp.addr, err = freeAddr(); err != nil {
+	if tp.addr, err = freeport.Pick(); err != nil {
 		return nil, err
 	}
-	stats, err := freeAddr()
+	stats, err := freeport.Pick()
 	if err != nil {
 		return nil, err
 	}

@@ -65,7 +65,7 @@ func validatePort(flag string, port int) error {
 // over TCP, and over its Unix socket.
 func pgLine(cfg serveConfig) string {
 	const psql = "  psql        PGOPTIONS='-c fencegate.fence=<fence> -c fencegate.token=<token>' psql -h %s -p %s -U %s postgres\n"
-	line, port := "", "7432"
+	line, port := "", defaultPgSocketPort
 	if cfg.PgListenAddr != "" {
 		var host string
 		host, port, _ = net.SplitHostPort(dialable(cfg.PgListenAddr))

@@ -20,6 +20,10 @@ import (
 )
 
 // serveConfig is everything `fencegate serve` is configured with.
+// defaultPgSocketPort names the PostgreSQL listener's Unix socket
+// (.s.PGSQL.<port>) when it has no TCP address to take the port from.
+const defaultPgSocketPort = "7432"
+
 type serveConfig struct {
 	EtcdEndpoints   string
 	EtcdDialTimeout time.Duration
@@ -124,7 +128,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.IntVar(&c.Proxy.MaxInFlight, "max-in-flight", c.Proxy.MaxInFlight, "most writes in flight to each backend; past it writes get OVERLOADED")
 	fs.StringVar(&c.GRPCAddr, "grpc-addr", c.GRPCAddr, "gRPC listen address")
 	fs.StringVar(&c.PgListenAddr, "pg-listen-addr", c.PgListenAddr, "PostgreSQL wire-protocol listen address: unmodified PostgreSQL clients connect here, every transaction fenced (off when empty; needs --postgres-dsn)")
-	fs.StringVar(&c.PgUnixSocketDir, "pg-unix-socket-dir", c.PgUnixSocketDir, "directory of a Unix socket the PostgreSQL listener also listens on, as PostgreSQL and pgbouncer (unix_socket_dir) do: DIR/.s.PGSQL.PORT, PORT --pg-listen-addr's (7432 without it), so psql -h DIR -p PORT reaches it (off when empty; needs --postgres-dsn)")
+	fs.StringVar(&c.PgUnixSocketDir, "pg-unix-socket-dir", c.PgUnixSocketDir, "directory of a Unix socket the PostgreSQL listener also listens on, as PostgreSQL and pgbouncer (unix_socket_dir) do: DIR/.s.PGSQL.PORT, PORT --pg-listen-addr's ("+defaultPgSocketPort+" without it), so psql -h DIR -p PORT reaches it (off when empty; needs --postgres-dsn)")
 	fs.StringVar(&c.RedisListenAddr, "redis-listen-addr", c.RedisListenAddr, "RESP (drop-in Redis) listen address: unmodified Redis clients connect here with AUTH <fence> <token>, every command fenced (off when empty; needs --redis-addr)")
 	fs.StringVar(&c.RedisUnixSocket, "redis-unix-socket", c.RedisUnixSocket, "path of a Unix socket the RESP listener also listens on, as Redis's unixsocket: redis-cli -s PATH reaches it (off when empty; needs --redis-addr)")
 	fs.IntVar(&c.MaxClientConns, "max-client-conns", c.MaxClientConns, "most client connections each of --pg-listen-addr and --redis-listen-addr keeps open (pgbouncer's max_client_conn); one more is refused as the database would: PostgreSQL's 53300 too many clients, Redis's max number of clients")

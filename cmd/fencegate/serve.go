@@ -342,7 +342,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		if err != nil {
 			return err
 		}
-		port := "7432"
+		port := defaultPgSocketPort
 		if cfg.PgListenAddr != "" {
 			if pgLis, err = listen("--pg-listen-addr", "tcp", cfg.PgListenAddr); err != nil {
 				return err
@@ -504,25 +504,11 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		return nil
 	})
-	for _, lis := range []net.Listener{pgLis, pgUnix} {
-		if lis != nil {
-			g.Go(func() error {
-				if err := pgs.Serve(lis); err != nil && !errors.Is(err, pgwire.ErrServerClosed) {
-					return fmt.Errorf("pg listener: %w", err)
-				}
-				return nil
-			})
-		}
+	if pgs != nil {
+		serveOn(g, "pg listener", pgs.Serve, pgwire.ErrServerClosed, pgLis, pgUnix)
 	}
-	for _, lis := range []net.Listener{redisLis, redisUnix} {
-		if lis != nil {
-			g.Go(func() error {
-				if err := rs.Serve(lis); err != nil && !errors.Is(err, resp.ErrServerClosed) {
-					return fmt.Errorf("redis listener: %w", err)
-				}
-				return nil
-			})
-		}
+	if rs != nil {
+		serveOn(g, "redis listener", rs.Serve, resp.ErrServerClosed, redisLis, redisUnix)
 	}
 	g.Go(func() error {
 		<-gctx.Done()
@@ -650,6 +636,22 @@ func registerBatchMetrics(reg prometheus.Registerer, backend string, stats func(
 			Help: "Fenced writes in those batches (each its own transaction or script run).",
 		}, func() float64 { return float64(stats().Calls) }),
 	)
+}
+
+// serveOn serves each listener of liss that is open, in g; closed is what
+// serve returns once its server shuts down.
+func serveOn(g *errgroup.Group, what string, serve func(net.Listener) error, closed error, liss ...net.Listener) {
+	for _, lis := range liss {
+		if lis == nil {
+			continue
+		}
+		g.Go(func() error {
+			if err := serve(lis); err != nil && !errors.Is(err, closed) {
+				return fmt.Errorf("%s: %w", what, err)
+			}
+			return nil
+		})
+	}
 }
 
 // addrOf is lis's address, "" for none.

@@ -19,12 +19,6 @@ import (
 	"syscall"
 )
 
-// handedOut holds every address Listen returned. A port is free once its
-// probe listener closes, so the kernel may offer it again to the next
-// probe; without this, a test asking for two listeners could get one port
-// for both.
-var handedOut sync.Map
-
 // TB is the part of testing.TB that Addr uses; the package does not import
 // testing, as fencegate's own binary links it.
 type TB interface {
@@ -80,12 +74,8 @@ func Listen() (net.Listener, error) {
 			}
 			continue // in use
 		}
-		if _, dup := handedOut.LoadOrStore(l.Addr().String(), true); dup {
-			l.Close()
-			continue
-		}
 		if !reserve(l.Addr().(*net.TCPAddr).Port) {
-			l.Close() // another process handed it out
+			l.Close() // handed out already, by this process or another
 			continue
 		}
 		return l, nil
@@ -94,29 +84,35 @@ func Listen() (net.Listener, error) {
 }
 
 // reservations hold, for the life of the process, an abstract Unix socket
-// named after each port handed out (Linux only). Another process using
-// this package skips a port whose name is bound, so two test binaries
-// running at once (go test runs packages in parallel) cannot hand out one
-// port in the moment between a probe and a server's bind. The kernel drops
-// the names when the process exits; they leave no files.
+// named after each port handed out (Linux). A port is free again once its
+// probe listener closes, so the kernel may offer it to the next probe, of
+// this process or another (go test runs packages in parallel): a port
+// whose name is bound is skipped, so no two callers get one port between
+// a probe and a server's bind. The kernel drops the names when the process
+// exits; they leave no files. Elsewhere, handedOut does the same within
+// the process.
 var (
 	reservationsMu sync.Mutex
 	reservations   []net.Listener
+	handedOut      = map[int]bool{}
 )
 
-// reserve binds port's name, reporting false if another process holds it.
-// Where names cannot be bound, every port counts as reserved.
+// reserve reserves port, reporting false if it was handed out before.
 func reserve(port int) bool {
+	reservationsMu.Lock()
+	defer reservationsMu.Unlock()
 	if runtime.GOOS != "linux" {
+		if handedOut[port] {
+			return false
+		}
+		handedOut[port] = true
 		return true
 	}
 	l, err := net.Listen("unix", "@fencegate-freeport-"+strconv.Itoa(port))
 	if err != nil {
 		return !errors.Is(err, syscall.EADDRINUSE)
 	}
-	reservationsMu.Lock()
 	reservations = append(reservations, l)
-	reservationsMu.Unlock()
 	return true
 }
 

@@ -70,4 +70,31 @@ func TestListenUnix(t *testing.T) {
 	if b, _ := os.ReadFile(file); string(b) != "keep" {
 		t.Errorf("the regular file was touched")
 	}
+
+	// A symlink planted at the socket path, here to a dead socket
+	// elsewhere, is neither followed nor replaced: whoever could write the
+	// directory chose what is there, and fencegate leaves it to them.
+	dead := filepath.Join(t.TempDir(), "dead.sock")
+	dl, err := net.Listen("unix", dead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dl.(*net.UnixListener).SetUnlinkOnClose(false)
+	dl.Close()
+	link := filepath.Join(dir, "link.sock")
+	if err := os.Symlink(dead, link); err != nil {
+		t.Fatal(err)
+	}
+	if l, err := listenUnix(link); err == nil || !strings.Contains(err.Error(), "is not a socket") {
+		if l != nil {
+			l.Close()
+		}
+		t.Errorf("a symlink to a dead socket: got %v, want it refused", err)
+	}
+	if fi, err := os.Lstat(link); err != nil || fi.Mode().Type() != os.ModeSymlink {
+		t.Errorf("the symlink was replaced: %v %v", fi, err)
+	}
+	if fi, err := os.Lstat(dead); err != nil || fi.Mode().Type() != os.ModeSocket {
+		t.Errorf("the symlink's target was touched: %v %v", fi, err)
+	}
 }

@@ -51,6 +51,7 @@ type config struct {
 	etcdNoFsync  bool
 	gateArgs     string
 	pgConns      int
+	backendUnix  bool
 	gateProcs    int
 	gateGodebug  string
 	command      string
@@ -101,6 +102,7 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&cfg.gateArgs, "fencegate-args", "", "extra space-separated flags for fencegate serve")
 	fs.IntVar(&cfg.gateProcs, "fencegate-gomaxprocs", 0, "GOMAXPROCS of the fencegate processes (0: Go's default, the machine's CPUs)")
 	fs.StringVar(&cfg.gateGodebug, "fencegate-godebug", "", "GODEBUG of the fencegate processes only, e.g. schedtrace=2000000000 as deploy/container/Dockerfile sets it (empty: the bench's own environment)")
+	fs.BoolVar(&cfg.backendUnix, "backend-unix", false, "fencegate, pgbouncer and nutcracker reach PostgreSQL and Redis over their Unix sockets, as a proxy on the databases' host would; the direct paths' clients stay on TCP")
 	fs.IntVar(&cfg.pgConns, "pg-conns", 2*runtime.NumCPU(), "fencegate's PostgreSQL pool (--postgres-max-conns); 0 keeps fencegate's default; 2 × CPUs is PostgreSQL's rule of thumb for a server with this many cores")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "Usage: fencebench [flags]\n\nCompares fencegate's write path with direct PostgreSQL and Redis writes on servers it starts itself.\n\nFlags:\n")

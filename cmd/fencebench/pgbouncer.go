@@ -39,8 +39,9 @@ func pgbouncerBinary() (string, error) {
 }
 
 // startBouncer starts pgbouncer on a free port, trusting users (the server
-// behind it trusts them too) and pooling per session.
-func startBouncer(ctx context.Context, pgPort int, users ...string) (*bouncer, error) {
+// behind it trusts them too) and pooling per session. It reaches the server
+// at pgHost, 127.0.0.1 or the directory of its Unix socket.
+func startBouncer(ctx context.Context, pgHost string, pgPort int, users ...string) (*bouncer, error) {
 	bin, err := pgbouncerBinary()
 	if err != nil {
 		return nil, err
@@ -65,7 +66,7 @@ func startBouncer(ctx context.Context, pgPort int, users ...string) (*bouncer, e
 		fmt.Fprintf(&userlist, "%q \"\"\n", u)
 	}
 	ini := fmt.Sprintf(`[databases]
-postgres = host=127.0.0.1 port=%d dbname=postgres
+postgres = host=%[4]s port=%[1]d dbname=postgres
 
 [pgbouncer]
 listen_addr = 127.0.0.1
@@ -81,7 +82,7 @@ pidfile =
 log_connections = 0
 log_disconnections = 0
 ignore_startup_parameters = extra_float_digits
-`, pgPort, port, dir)
+`, pgPort, port, dir, pgHost)
 	if err := os.WriteFile(filepath.Join(dir, "userlist.txt"), []byte(userlist.String()), 0o600); err != nil {
 		return nil, err
 	}

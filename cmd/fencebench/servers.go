@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,6 +60,9 @@ type env struct {
 	// requires.
 	workerDSN string
 	redisAddr string
+	// proxiedRedis is where fencegate and nutcracker reach Redis:
+	// redisAddr, or its Unix socket with --backend-unix.
+	proxiedRedis string
 }
 
 // startEnv starts every server. Close stops them.
@@ -83,11 +87,14 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.rd, err = redisthrowaway.Start(ctx, redisthrowaway.Options{})
+	e.rd, err = redisthrowaway.Start(ctx, redisthrowaway.Options{UnixSocket: cfg.backendUnix})
 	if err != nil {
 		return nil, err
 	}
-	e.pgDSN, e.redisAddr = e.pg.DSN(), e.rd.Addr()
+	e.pgDSN, e.redisAddr, e.proxiedRedis = e.pg.DSN(), e.rd.Addr(), e.rd.Addr()
+	if cfg.backendUnix {
+		e.proxiedRedis = e.rd.SocketPath()
+	}
 	// 64 clients on each of pgbouncer (which keeps its server connections)
 	// and fencegate's listener, plus the pools: more than the default 100.
 	if err := raiseMaxConnections(ctx, e.pg, 400); err != nil {
@@ -115,13 +122,21 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 	if e.workerDSN, err = e.pg.RuntimeRole(ctx, benchWorkerRole); err != nil {
 		return nil, err
 	}
+	if cfg.backendUnix {
+		// A host in the query overrides the URL's (pgconn.ParseConfig).
+		e.pgGatewayDSN += "&host=" + url.QueryEscape(e.pg.SocketDir())
+	}
 	if cfg.wants("load") && (cfg.wantsPath(pgBouncer) || cfg.wantsPath(pgBouncerFenced)) || cfg.wants("pgbench") && (!cfg.quick || cfg.only != "") {
-		if e.bouncer, err = startBouncer(ctx, e.pg.Port(), benchWorkerRole); err != nil {
+		host := "127.0.0.1"
+		if cfg.backendUnix {
+			host = e.pg.SocketDir()
+		}
+		if e.bouncer, err = startBouncer(ctx, host, e.pg.Port(), benchWorkerRole); err != nil {
 			return nil, err
 		}
 	}
 	if cfg.wants("load") && (cfg.wantsPath(redisTwemproxy) || cfg.wantsPath(redisTwemproxyFenced)) {
-		if e.twem, err = startTwemproxy(ctx, e.redisAddr); err != nil {
+		if e.twem, err = startTwemproxy(ctx, e.proxiedRedis); err != nil {
 			return nil, err
 		}
 	}
@@ -249,7 +264,7 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env, name stri
 	args := []string{"serve",
 		"--etcd-endpoints=" + strings.Join(e.etcd.Endpoints(), ","),
 		"--postgres-dsn=" + e.pgGatewayDSN,
-		"--redis-addr=" + e.redisAddr,
+		"--redis-addr=" + e.proxiedRedis,
 		"--grpc-addr=" + g.grpcAddr,
 		"--http-addr=" + g.httpAddr,
 	}

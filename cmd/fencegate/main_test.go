@@ -341,3 +341,26 @@ func TestServeChecksItsRole(t *testing.T) {
 		}
 	}
 }
+
+// TestRedisLogsThroughTheProcessLog: serve with --redis-addr a Unix socket
+// nothing listens on fails with one line naming it, and go-redis's own
+// line about the failed dial is in fencegate's log (at debug level), not
+// written bare to the process's standard error by go-redis's default
+// logger.
+func TestRedisLogsThroughTheProcessLog(t *testing.T) {
+	etcd, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer etcd.Close()
+	sock := filepath.Join(t.TempDir(), "redis.sock")
+	var stdout, stderr syncBuffer
+	err = run(t.Context(), []string{"serve", "--etcd-endpoints=" + strings.Join(etcd.Endpoints(), ","), "--redis-addr=" + sock,
+		"--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--log-level=debug"}, &stdout, &stderr)
+	if want := "redis: cannot reach " + sock + ": dial unix " + sock; err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
+		t.Fatalf("got %v, want one line containing %q", err, want)
+	}
+	if log := stderr.String(); !strings.Contains(log, "component=go-redis") || !strings.Contains(log, "dial unix "+sock) {
+		t.Errorf("go-redis's line is not in the log:\n%s", log)
+	}
+}

@@ -25,7 +25,7 @@ type redisLeaseConfig struct {
 }
 
 func (c *redisLeaseConfig) register(fs *flag.FlagSet) {
-	fs.StringVar(&c.Addr, "redis-lease-addr", c.Addr, "Redis host:port holding the leases of fences routed to redis-lease (default: --redis-addr's; same credentials and TLS)")
+	fs.StringVar(&c.Addr, "redis-lease-addr", c.Addr, "Redis host:port (or Unix socket path) holding the leases of fences routed to redis-lease (default: --redis-addr's; same credentials and TLS)")
 	fs.StringVar(&c.KeyPattern, "redis-lease-key", c.KeyPattern, "`pattern` of a redis-lease fence's lease key (SET key id NX PX ttl), %s the fence name")
 	fs.StringVar(&c.CounterPattern, "redis-lease-counter", c.CounterPattern, "`pattern` of a redis-lease fence's counter key (INCR on each acquisition: the token), %s the fence name")
 }
@@ -75,8 +75,11 @@ func openRedisLease(ctx context.Context, cfg serveConfig, log *slog.Logger) (*re
 	if err := cfg.Deps.applyRedis(&cfg.Redis); err != nil {
 		return nil, err
 	}
+	if err := redis.CheckAddr(addr, cfg.Redis.TLS); err != nil {
+		return nil, fmt.Errorf("redis-lease: %w", err)
+	}
 	client := goredis.NewClient(&goredis.Options{
-		Addr: addr, Protocol: 2, MaxRetries: -1,
+		Network: redis.Network(addr), Addr: addr, Protocol: 2, MaxRetries: -1,
 		DialTimeout: cfg.Redis.DialTimeout, ReadTimeout: cfg.Redis.ReadTimeout, WriteTimeout: cfg.Redis.WriteTimeout,
 		ContextTimeoutEnabled: true,
 		TLSConfig:             cfg.Redis.TLS, Username: cfg.Redis.Username, Password: cfg.Redis.Password,

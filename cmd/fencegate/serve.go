@@ -14,12 +14,14 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	goredis "github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
@@ -67,13 +69,27 @@ func newLogger(w io.Writer, format, level string) (*slog.Logger, error) {
 		return nil, fmt.Errorf("--log-level %q: want debug, info, warn or error", level)
 	}
 	opts := &slog.HandlerOptions{Level: lv, ReplaceAttr: durationsAsText}
+	var log *slog.Logger
 	switch format {
 	case "text":
-		return slog.New(slog.NewTextHandler(w, opts)), nil
+		log = slog.New(slog.NewTextHandler(w, opts))
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, opts)), nil
+		log = slog.New(slog.NewJSONHandler(w, opts))
+	default:
+		return nil, fmt.Errorf("--log-format %q: want text or json", format)
 	}
-	return nil, fmt.Errorf("--log-format %q: want text or json", format)
+	goredis.SetLogger(goRedisLog{log})
+	return log, nil
+}
+
+// goRedisLog takes go-redis's own log lines (process-wide: the library has
+// one logger) into the process log at debug level, instead of bare lines
+// on standard error. What they report, a failed dial say, reaches the
+// user as fencegate's own error.
+type goRedisLog struct{ log *slog.Logger }
+
+func (l goRedisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, strings.TrimSpace(fmt.Sprintf(format, v...)), "component", "go-redis")
 }
 
 // serve runs the gateway until ctx is cancelled, then drains and stops.

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +32,26 @@ type Backend struct {
 	co *coalesce.Coalescer[*call]
 }
 
-// Open connects to the Redis server at addr (host:port) and checks that it
+// Network is the network of a Redis address: "unix" for an absolute path
+// (the server's unixsocket, as redis-cli -s takes it), "tcp" for host:port.
+func Network(addr string) string {
+	if strings.HasPrefix(addr, "/") {
+		return "unix"
+	}
+	return "tcp"
+}
+
+// CheckAddr refuses TLS to a Unix socket: Redis serves TLS on its TCP
+// ports only, so the handshake could never succeed.
+func CheckAddr(addr string, tls *tls.Config) error {
+	if tls != nil && Network(addr) == "unix" {
+		return fmt.Errorf("redis: %s is a Unix socket, and TLS is configured: Redis serves TLS on TCP ports only", addr)
+	}
+	return nil
+}
+
+// Open connects to the Redis server at addr (host:port, or the absolute
+// path of its Unix socket) and checks that it
 // answers PING. The error is one line naming addr. Cancelling ctx aborts
 // the check.
 func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
@@ -40,8 +60,12 @@ func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	cfg = b.cfg
+	if err := CheckAddr(addr, cfg.TLS); err != nil {
+		return nil, err
+	}
 	b.client = goredis.NewClient(&goredis.Options{
-		Addr: addr,
+		Network: Network(addr),
+		Addr:    addr,
 		// RESP2: a script's nil is a nil reply, not a RESP3 boolean.
 		Protocol: 2,
 		// Never resend a write: after a lost connection the script may

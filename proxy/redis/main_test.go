@@ -26,7 +26,7 @@ func runTests(m *testing.M) int {
 	ctx := context.Background()
 	// Two databases, so that the cross-database attacks have somewhere to
 	// go and their tests can see whether they got there.
-	srv, err := throwaway.Start(ctx, throwaway.Options{Databases: 2})
+	srv, err := throwaway.Start(ctx, throwaway.Options{Databases: 2, UnixSocket: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1

@@ -1,7 +1,9 @@
 package redis
 
 import (
+	"crypto/tls"
 	"net"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -62,5 +64,37 @@ func TestConfigValidate(t *testing.T) {
 	}
 	if err := (Config{Allow: []string{"rename", "GET"}}).withDefaults().Validate(); err != nil {
 		t.Errorf("Validate with known commands in Allow: got %v, want nil", err)
+	}
+}
+
+func TestOpenUnixSocket(t *testing.T) {
+	t.Parallel()
+	sock := server.SocketPath()
+	b, err := Open(t.Context(), sock, DefaultConfig())
+	if err != nil {
+		t.Fatalf("Open(%s): %v", sock, err)
+	}
+	defer b.Close()
+	fence := unique("unix")
+	k := key(fence, "k")
+	if _, err := b.Exec(t.Context(), fence, 5, [][]string{{"SET", k, "v"}}); err != nil {
+		t.Fatalf("fenced SET over the socket: %v", err)
+	}
+	if _, err := b.Exec(t.Context(), fence, 4, [][]string{{"SET", k, "stale"}}); err == nil {
+		t.Fatal("stale SET over the socket: got nil, want a refusal")
+	}
+	// The TCP listener sees what went over the socket: the same server.
+	if got := admin(t).Get(t.Context(), k).Val(); got != "v" {
+		t.Errorf("GET over TCP: got %q, want %q", got, "v")
+	}
+
+	missing := filepath.Join(t.TempDir(), "redis.sock")
+	if _, err := Open(t.Context(), missing, DefaultConfig()); err == nil || !strings.Contains(err.Error(), missing) || strings.Contains(err.Error(), "\n") {
+		t.Errorf("Open(missing socket): got %v, want one line naming %s", err, missing)
+	}
+	withTLS := DefaultConfig()
+	withTLS.TLS = &tls.Config{MinVersion: tls.VersionTLS12}
+	if _, err := Open(t.Context(), sock, withTLS); err == nil || !strings.Contains(err.Error(), "Unix socket") {
+		t.Errorf("Open(socket with TLS): got %v, want the refusal naming the Unix socket", err)
 	}
 }

@@ -48,6 +48,9 @@ type Options struct {
 	// A line for "default" replaces the default user's rules (which are
 	// "on nopass ~* &* +@all" otherwise).
 	Users []string
+	// UnixSocket, when true, makes the server also listen on a Unix socket
+	// in its directory (redis-server --unixsocket), at SocketPath.
+	UnixSocket bool
 }
 
 // TLSOptions are the server's TLS files (redis-server --tls-*).
@@ -151,6 +154,9 @@ func (s *Server) runServer(ctx context.Context, port int) (*serverproc.Process, 
 	} else {
 		args = append(args, "--port", strconv.Itoa(port))
 	}
+	if s.opts.UnixSocket {
+		args = append(args, "--unixsocket", s.SocketPath(), "--unixsocketperm", "700")
+	}
 	for _, u := range s.opts.Users {
 		// Each word is one argument of the "user" directive.
 		args = append(args, append([]string{"--user"}, strings.Fields(u)...)...)
@@ -223,6 +229,10 @@ func addr(port int) string {
 
 // Port returns the TCP port the server listens on (on 127.0.0.1).
 func (s *Server) Port() int { return s.run.Port() }
+
+// SocketPath returns the path of the server's Unix socket, which it
+// listens on when Options.UnixSocket is set.
+func (s *Server) SocketPath() string { return filepath.Join(s.dir, "redis.sock") }
 
 // Dir returns the server's working directory.
 func (s *Server) Dir() string { return s.dir }

@@ -79,7 +79,7 @@ func openRedisLease(ctx context.Context, cfg serveConfig, log *slog.Logger) (*re
 		return nil, fmt.Errorf("redis-lease: %w", err)
 	}
 	client := goredis.NewClient(&goredis.Options{
-		Network: redis.Network(addr), Addr: addr, Protocol: 2, MaxRetries: -1,
+		Addr: addr, Protocol: 2, MaxRetries: -1,
 		DialTimeout: cfg.Redis.DialTimeout, ReadTimeout: cfg.Redis.ReadTimeout, WriteTimeout: cfg.Redis.WriteTimeout,
 		ContextTimeoutEnabled: true,
 		TLSConfig:             cfg.Redis.TLS, Username: cfg.Redis.Username, Password: cfg.Redis.Password,

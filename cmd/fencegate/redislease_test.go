@@ -19,16 +19,18 @@ import (
 // the writes are redis-cli through the listener. The lease holder's token
 // is accepted; a forged one is UNKNOWN_TERM, a released or expired
 // lease's TERM_ENDED, an earlier holder's STALE_TOKEN, and none of them
-// stores anything.
+// stores anything. fencegate reaches Redis over its Unix socket.
 func TestServeRedisLease(t *testing.T) {
 	e := newSecureEnv(t)
-	rd, err := redisthrowaway.Start(t.Context(), redisthrowaway.Options{})
+	rd, err := redisthrowaway.Start(t.Context(), redisthrowaway.Options{UnixSocket: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { rd.Close() })
 	addr := freeport.Addr(t)
-	g := e.serveGateway(t, "--redis-addr="+rd.Addr(), "--redis-listen-addr="+addr, "--term-sources=lease-*=redis-lease")
+	// fencegate reaches Redis, the backend's and the leases', over its Unix
+	// socket; the test seeds and checks over TCP.
+	g := e.serveGateway(t, "--redis-addr="+rd.SocketPath(), "--redis-listen-addr="+addr, "--term-sources=lease-*=redis-lease")
 	rhost, rport, _ := strings.Cut(rd.Addr(), ":")
 	host, port, _ := strings.Cut(addr, ":")
 	const fence = "lease-r"

@@ -32,28 +32,20 @@ type Backend struct {
 	co *coalesce.Coalescer[*call]
 }
 
-// Network is the network of a Redis address: "unix" for an absolute path
-// (the server's unixsocket, as redis-cli -s takes it), "tcp" for host:port.
-func Network(addr string) string {
-	if strings.HasPrefix(addr, "/") {
-		return "unix"
-	}
-	return "tcp"
-}
-
 // CheckAddr refuses TLS to a Unix socket: Redis serves TLS on its TCP
-// ports only, so the handshake could never succeed.
+// ports only, so the handshake could never succeed. An address is a Unix
+// socket when it is an absolute path, as go-redis reads it (and redis-cli
+// -s takes it).
 func CheckAddr(addr string, tls *tls.Config) error {
-	if tls != nil && Network(addr) == "unix" {
+	if tls != nil && strings.HasPrefix(addr, "/") {
 		return fmt.Errorf("redis: %s is a Unix socket, and TLS is configured: Redis serves TLS on TCP ports only", addr)
 	}
 	return nil
 }
 
 // Open connects to the Redis server at addr (host:port, or the absolute
-// path of its Unix socket) and checks that it
-// answers PING. The error is one line naming addr. Cancelling ctx aborts
-// the check.
+// path of its Unix socket) and checks that it answers PING. The error is
+// one line naming addr. Cancelling ctx aborts the check.
 func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 	b, err := newBackend(addr, cfg)
 	if err != nil {
@@ -64,8 +56,7 @@ func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 		return nil, err
 	}
 	b.client = goredis.NewClient(&goredis.Options{
-		Network: Network(addr),
-		Addr:    addr,
+		Addr: addr, // host:port, or a Unix socket's path (go-redis: a leading /)
 		// RESP2: a script's nil is a nil reply, not a RESP3 boolean.
 		Protocol: 2,
 		// Never resend a write: after a lost connection the script may

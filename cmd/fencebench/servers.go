@@ -18,13 +18,13 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencegate/fencegate/election/freeport"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/election/embedded"
+	"github.com/fencegate/fencegate/election/freeport"
 	"github.com/fencegate/fencegate/migrations"
 	pgthrowaway "github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
@@ -91,10 +91,7 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e.pgDSN, e.redisAddr, e.proxiedRedis = e.pg.DSN(), e.rd.Addr(), e.rd.Addr()
-	if cfg.backendUnix {
-		e.proxiedRedis = e.rd.SocketPath()
-	}
+	e.pgDSN, e.redisAddr = e.pg.DSN(), e.rd.Addr()
 	// 64 clients on each of pgbouncer (which keeps its server connections)
 	// and fencegate's listener, plus the pools: more than the default 100.
 	if err := raiseMaxConnections(ctx, e.pg, 400); err != nil {
@@ -122,16 +119,16 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 	if e.workerDSN, err = e.pg.RuntimeRole(ctx, benchWorkerRole); err != nil {
 		return nil, err
 	}
+	// Where fencegate, pgbouncer and nutcracker reach the databases.
+	pgHost := "127.0.0.1"
+	e.proxiedRedis = e.redisAddr
 	if cfg.backendUnix {
+		pgHost, e.proxiedRedis = e.pg.SocketDir(), e.rd.SocketPath()
 		// A host in the query overrides the URL's (pgconn.ParseConfig).
-		e.pgGatewayDSN += "&host=" + url.QueryEscape(e.pg.SocketDir())
+		e.pgGatewayDSN += "&host=" + url.QueryEscape(pgHost)
 	}
 	if cfg.wants("load") && (cfg.wantsPath(pgBouncer) || cfg.wantsPath(pgBouncerFenced)) || cfg.wants("pgbench") && (!cfg.quick || cfg.only != "") {
-		host := "127.0.0.1"
-		if cfg.backendUnix {
-			host = e.pg.SocketDir()
-		}
-		if e.bouncer, err = startBouncer(ctx, host, e.pg.Port(), benchWorkerRole); err != nil {
+		if e.bouncer, err = startBouncer(ctx, pgHost, e.pg.Port(), benchWorkerRole); err != nil {
 			return nil, err
 		}
 	}

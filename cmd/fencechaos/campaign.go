@@ -17,13 +17,13 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/election/freeport"
 	"github.com/jackc/pgx/v5"
 	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/freeport"
 	pgthrow "github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	rdthrow "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )

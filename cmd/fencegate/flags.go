@@ -19,11 +19,11 @@ import (
 	"github.com/fencegate/fencegate/proxy/redis"
 )
 
-// serveConfig is everything `fencegate serve` is configured with.
 // defaultPgSocketPort names the PostgreSQL listener's Unix socket
 // (.s.PGSQL.<port>) when it has no TCP address to take the port from.
 const defaultPgSocketPort = "7432"
 
+// serveConfig is everything `fencegate serve` is configured with.
 type serveConfig struct {
 	EtcdEndpoints   string
 	EtcdDialTimeout time.Duration

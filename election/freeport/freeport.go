@@ -118,15 +118,12 @@ func reserve(port int) bool {
 
 // Port is Pick's port alone.
 func Port() (int, error) {
-	addr, err := Pick()
+	l, err := Listen()
 	if err != nil {
 		return 0, err
 	}
-	_, p, err := net.SplitHostPort(addr)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(p)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // minPort is the lowest port Listen hands out: above the well-known and

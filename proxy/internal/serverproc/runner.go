@@ -94,9 +94,9 @@ func (r *Runner) freePort() (int, error) {
 	// gateways open hundreds a second); the server could not come back.
 	p, err := freeport.Port()
 	if err != nil {
-		return 0, fmt.Errorf("%s: find a free port: %w", r.cfg.Name, err)
+		err = fmt.Errorf("%s: find a free port: %w", r.cfg.Name, err)
 	}
-	return p, nil
+	return p, err
 }
 
 // Port returns the TCP port the server listens on (on 127.0.0.1).

@@ -510,3 +510,28 @@ func TestExactIntegers(t *testing.T) {
 		t.Errorf("after the refused write: got %s written, want nothing", k("e"))
 	}
 }
+
+// TestAttackOverUnixSocket: a backend on Redis's Unix socket runs the same
+// checks as one on its TCP port. A token holder's write to another fence's
+// key, one past MaxValueBytes, and a write below the fence's mark are
+// refused there too, and nothing is written.
+func TestAttackOverUnixSocket(t *testing.T) {
+	b, err := Open(t.Context(), server.SocketPath(), DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	v := newVictim(t, b, "unixattack")
+	f := v.fence
+	foreign := "{" + unique("other") + "}:k"
+	v.attack(t, b, tokens.ReasonInvalidRequest, "1", "", []string{"SET", key(f, "a"), "changed"}, []string{"SET", foreign, "pwned"})
+	if n := v.db.Exists(t.Context(), foreign).Val(); n != 0 {
+		t.Errorf("foreign key %q: got written, want absent", foreign)
+	}
+	v.attack(t, b, tokens.ReasonInvalidRequest, "1", "MaxValueBytes", []string{"SET", key(f, "a"), "changed"}, []string{"SETRANGE", key(f, "big"), "104857599", "x"})
+	_, err = b.Exec(t.Context(), f, 4, [][]string{{"SET", key(f, "a"), "zombie"}})
+	if r, _ := tokens.AsRefusal(err); r == nil || r.Reason != tokens.ReasonStaleToken {
+		t.Errorf("write at token 4 below the mark 5: got %v, want %s", err, tokens.ReasonStaleToken)
+	}
+	v.unchanged(t)
+}

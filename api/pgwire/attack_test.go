@@ -114,7 +114,6 @@ func TestRefusedUnfenceable(t *testing.T) {
 		{"CALL", "CALL commit_inside()"},
 		{"DO", "DO $$ BEGIN COMMIT; END $$"},
 		{"COMMIT AND CHAIN", "COMMIT AND CHAIN"},
-		{"SET fencegate.token", "SET fencegate.token = 1"},
 		{"set_config", "SELECT set_config('fencegate.fenced', $1, true)"},
 	}
 	for _, tc := range extended {

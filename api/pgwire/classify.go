@@ -37,6 +37,19 @@ type verdict struct {
 	executes []string
 }
 
+// local says fencegate answers the statement itself: SET fencegate.token
+// or SHOW fencegate.*.
+func (vd *verdict) local() bool { return vd.kind == kindSetToken || vd.kind == kindShow }
+
+// whyLocal is why a local statement is refused in the extended protocol
+// where fencegate cannot answer it itself.
+func (vd *verdict) whyLocal() string {
+	if vd.kind == kindShow {
+		return whyShowExt
+	}
+	return whySetTokenExt
+}
+
 // verdicts caches classify by SQL text. Drivers send the same few strings
 // over and over; a full cache is simply cleared.
 type verdicts struct {

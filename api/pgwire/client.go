@@ -1,6 +1,7 @@
 package pgwire
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strconv"
@@ -15,6 +16,8 @@ const (
 	whyExecuteEnd   = "EXECUTE of a prepared statement that ends the transaction or is CALL or DO"
 	whyFunctionCall = "the fast-path function call interface is not fenced"
 	whySetTokenTx   = "SET fencegate.token only outside a transaction block, as a query of its own"
+	whySetTokenExt  = "SET fencegate.token in the extended protocol only as the unnamed statement, alone between Syncs, outside a transaction block"
+	whyShowExt      = "SHOW fencegate.token or fencegate.fence in the extended protocol only as the unnamed statement, alone between Syncs, outside a transaction block"
 	whyChanges      = "more than 262144 Parse, Bind and Close messages without a Sync"
 )
 
@@ -173,11 +176,7 @@ func (c *session) query(body, raw []byte) error {
 		if !atStart {
 			return c.refuseQuery(c.refusalOf(whyShow), raw)
 		}
-		v := c.token
-		if vd.token == "fencegate.fence" {
-			v = c.fence
-		}
-		return c.answer(appendReadyForQuery(appendShow(c.out[:0], vd.token, v), c.segStatus))
+		return c.answer(appendReadyForQuery(appendShow(c.out[:0], vd.token, c.setting(vd.token)), c.segStatus))
 	}
 	if vd.kind == kindSetToken {
 		if _, err := tokens.Parse(vd.token); err != nil {
@@ -244,6 +243,9 @@ func (c *session) refuseQuery(r *tokens.RefusalError, raw []byte) error {
 
 // extended handles a message of the extended protocol.
 func (c *session) extended(t byte, body, raw []byte) error {
+	if c.localVd != nil {
+		return c.localSegment(t, body)
+	}
 	if c.swallow {
 		if t != 'S' {
 			return nil
@@ -294,10 +296,16 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			why = vd.refuse
 		case vd.hasProc:
 			why = whyProcExtended
-		case vd.kind == kindSetToken:
-			why = whySetting
-		case vd.kind == kindShow:
-			why = whyShow
+		case vd.local() && len(name) == 0 && c.idleStart:
+			// Answered by fencegate, nothing sent: localSegment. The
+			// unnamed statement is fencegate's until the next Parse of
+			// it: a Bind of it must not reach the server's, an older one.
+			c.stmts[""] = vd
+			c.startLocal(vd)
+			c.local = appendParseComplete(c.local)
+			return nil
+		case vd.local():
+			why = vd.whyLocal()
 		case reservedName(string(name)):
 			why = whyName
 		}
@@ -309,7 +317,30 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			return errors.New("pgwire: bad Bind message")
 		}
 		vd = c.lookup('P', 's', stmt)
+		if vd != nil && vd.local() {
+			if len(portal) == 0 && c.idleStart {
+				c.startLocal(vd)
+				return c.localSegment(t, body)
+			}
+			why = vd.whyLocal()
+			break
+		}
 		ch = &change{what: 'B', name: string(portal), vd: vd}
+	case 'D':
+		if len(body) < 2 {
+			return errors.New("pgwire: bad Describe message")
+		}
+		if body[0] != 'S' {
+			break
+		}
+		name, _, _ := cstring(body[1:])
+		if vd := c.lookup('P', 's', name); vd != nil && vd.local() {
+			if c.idleStart {
+				c.startLocal(vd)
+				return c.localSegment(t, body)
+			}
+			why = vd.whyLocal()
+		}
 	case 'E':
 		portal, _, ok := cstring(body)
 		if !ok {
@@ -368,6 +399,115 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		}
 	}
 	return nil
+}
+
+// localSegment answers the rest of a segment that began with Parse of
+// SET fencegate.token or SHOW fencegate.token|fence as the unnamed
+// statement, at idle, as the server would answer it (drivers that speak
+// only the extended protocol, such as PgJDBC, send every statement so):
+// nothing goes to the server. Its Bind, Describe and Execute are of that
+// statement and the unnamed portal. A SET changes the token at the Sync,
+// as a SET in the segment's implicit transaction would at its commit.
+// Anything else is refused, and the token stays. The unnamed statement
+// the server holds stays whatever it was, and fencegate's view of it too,
+// so a later Bind of it without a Parse binds that one, fenced as ever;
+// no driver binds a statement it did not just parse there.
+func (c *session) localSegment(t byte, body []byte) error {
+	vd := c.localVd
+	why := vd.whyLocal()
+	switch t {
+	case 'B':
+		portal, rest, ok1 := cstring(body)
+		stmt, rest, ok2 := cstring(rest)
+		if !ok1 || !ok2 {
+			return errors.New("pgwire: bad Bind message")
+		}
+		// No parameters (the statement takes none), then the result
+		// formats: binary if the only one is.
+		rf, ok3 := noParams(rest)
+		if len(portal) != 0 || len(stmt) != 0 || !ok3 {
+			return c.endLocalSegment(c.refusalOf(why))
+		}
+		c.localBinary = len(rf) >= 4 && binary.BigEndian.Uint16(rf) == 1 && binary.BigEndian.Uint16(rf[2:]) == 1
+		c.localBound = true
+		c.local = append(c.local, '2', 0, 0, 0, 4) // BindComplete
+	case 'D':
+		if len(body) < 2 {
+			return errors.New("pgwire: bad Describe message")
+		}
+		if name, _, _ := cstring(body[1:]); len(name) != 0 || body[0] == 'P' && !c.localBound {
+			return c.endLocalSegment(c.refusalOf(why))
+		}
+		if body[0] == 'S' {
+			c.local = append(c.local, 't', 0, 0, 0, 6, 0, 0) // no parameters
+		}
+		if vd.kind == kindShow {
+			c.local = appendShowRow(c.local, vd.token, body[0] == 'P' && c.localBinary)
+		} else {
+			c.local = append(c.local, 'n', 0, 0, 0, 4) // NoData
+		}
+	case 'E':
+		if portal, _, _ := cstring(body); len(portal) != 0 || !c.localBound {
+			return c.endLocalSegment(c.refusalOf(why))
+		}
+		if vd.kind == kindShow {
+			c.local = appendShowValue(c.local, c.setting(vd.token))
+			break
+		}
+		if _, err := tokens.Parse(vd.token); err != nil {
+			return c.endLocalSegment(tokens.Refuse(tokens.ReasonInvalidToken, c.fence, 0, "fencing token %.32q is not a decimal integer in [1, 2^64)", vd.token))
+		}
+		c.localRan = true
+		c.local = appendCommandComplete(c.local, "SET")
+	case 'H':
+		b := c.local
+		c.local = c.local[:0]
+		return c.answer(b)
+	case 'S':
+		if c.localRan {
+			c.token = vd.token
+		}
+		c.localVd, c.segStart = nil, true
+		return c.answer(appendReadyForQuery(c.local, 'I'))
+	default:
+		return c.endLocalSegment(c.refusalOf(why))
+	}
+	return nil
+}
+
+// noParams reads the rest of a Bind after its names: it must bind no
+// parameters. It returns the result formats (their count first).
+func noParams(b []byte) ([]byte, bool) {
+	if len(b) < 2 {
+		return nil, false
+	}
+	skip := 2 + 2*int(binary.BigEndian.Uint16(b)) // parameter formats
+	if len(b) < skip+4 || binary.BigEndian.Uint16(b[skip:]) != 0 {
+		return nil, false
+	}
+	return b[skip+2:], true
+}
+
+// startLocal starts a segment localSegment answers, of vd.
+func (c *session) startLocal(vd *verdict) {
+	c.localVd, c.localBound, c.localRan, c.localBinary = vd, false, false, false
+	c.local = c.local[:0]
+}
+
+// endLocalSegment refuses the rest of localSegment's segment with r,
+// after the answers so far; the Sync gets ReadyForQuery 'I'.
+func (c *session) endLocalSegment(r *tokens.RefusalError) error {
+	c.localVd = nil
+	c.swallow, c.localRFQ = true, true
+	return c.answer(refusalError(c.local, r))
+}
+
+// setting is the value SHOW fencegate.token or fencegate.fence answers.
+func (c *session) setting(name string) string {
+	if name == "fencegate.fence" {
+		return c.fence
+	}
+	return c.token
 }
 
 // check inserts the fence check before the client's next message:

@@ -108,6 +108,8 @@ func appendReadyForQuery(dst []byte, status byte) []byte {
 	return append(dst, 'Z', 0, 0, 0, 5, status)
 }
 
+func appendParseComplete(dst []byte) []byte { return append(dst, '1', 0, 0, 0, 4) }
+
 func appendCommandComplete(dst []byte, tag string) []byte {
 	dst, sp := beginMsg(dst, 'C')
 	return finishMsg(appendCString(dst, tag), sp)
@@ -116,6 +118,12 @@ func appendCommandComplete(dst []byte, tag string) []byte {
 // appendShow appends SHOW's answer of one text setting: RowDescription,
 // DataRow and CommandComplete.
 func appendShow(dst []byte, name, value string) []byte {
+	return appendShowValue(appendShowRow(dst, name, false), value)
+}
+
+// appendShowRow appends the RowDescription of SHOW name: one text column,
+// in binary format if binaryFormat (text's binary form is its text).
+func appendShowRow(dst []byte, name string, binaryFormat bool) []byte {
 	dst, sp := beginMsg(dst, 'T')
 	dst = append(dst, 0, 1) // one field
 	dst = appendCString(dst, name)
@@ -124,9 +132,17 @@ func appendShow(dst []byte, name, value string) []byte {
 	dst = append(dst, 0, 0, 0, 25)            // type text
 	dst = append(dst, 0xff, 0xff)             // variable length
 	dst = append(dst, 0xff, 0xff, 0xff, 0xff) // no modifier
-	dst = append(dst, 0, 0)                   // text format
-	dst = finishMsg(dst, sp)
-	dst, sp = beginMsg(dst, 'D')
+	if binaryFormat {
+		dst = append(dst, 0, 1)
+	} else {
+		dst = append(dst, 0, 0)
+	}
+	return finishMsg(dst, sp)
+}
+
+// appendShowValue appends SHOW's DataRow of value and CommandComplete.
+func appendShowValue(dst []byte, value string) []byte {
+	dst, sp := beginMsg(dst, 'D')
 	dst = append(dst, 0, 1)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(value)))
 	dst = append(dst, value...)

@@ -103,6 +103,16 @@ type session struct {
 	idleStart   bool // the segment started idle and nothing is sent yet
 	swallow     bool // drop client messages until Sync
 	localRFQ    bool // and answer that Sync with ReadyForQuery 'I' ourselves
+	// localVd, when set, is the extended-protocol SET fencegate.token or
+	// SHOW fencegate.* whose segment C2S answers itself (localSegment):
+	// localBound says its unnamed portal is bound, localRan that a SET's
+	// Execute ran, localBinary that the Bind asked for binary results;
+	// local holds the answers not yet written.
+	localVd     *verdict
+	localBound  bool
+	localRan    bool
+	localBinary bool
+	local       []byte
 	stmts       map[string]*verdict
 	portals     map[string]*verdict
 	// The latest of this segment's changes to each statement and portal

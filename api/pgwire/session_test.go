@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/api/pgwire"
 )
@@ -299,8 +300,8 @@ func TestSessionState(t *testing.T) {
 
 // TestTempTablesAndShow: temporary tables live as long as the session, as
 // in a direct one; SHOW fencegate.token and fencegate.fence answer what
-// the connection writes with, inside a transaction too; only as a simple
-// query.
+// the connection writes with, inside a transaction too; not as a named
+// statement (TestExtendedSetAndShow).
 func TestTempTablesAndShow(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, pgwire.Config{})
@@ -377,4 +378,137 @@ func TestTempTablesAndShow(t *testing.T) {
 	wantCode(t, err, "FG006")
 	err = c.QueryRow(ctx, "SHOW fencegate.token; SELECT 1", pgx.QueryExecModeSimpleProtocol).Scan(&s)
 	wantCode(t, err, "FG006")
+}
+
+// TestExtendedSetAndShow: drivers that speak only the extended protocol
+// (PgJDBC, Npgsql, pgx's describe-exec mode) change the token with SET
+// fencegate.token and read it with SHOW as the unnamed statement, alone
+// between Syncs, outside a transaction block; fencegate answers them
+// itself. Anywhere else they are refused, nothing is written and the
+// token stays.
+func TestExtendedSetAndShow(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "extset")
+	old, resign := e.lead(t, "extset")
+	resign()
+	cur, _ := e.lead(t, "extset")
+	pc := e.connect(t, "extset", old).PgConn()
+	insert := func(v string) error {
+		_, err := pc.ExecParams(ctx, "INSERT INTO extset (v) VALUES ($1)", [][]byte{[]byte(v)}, nil, nil, nil).Close()
+		return err
+	}
+	setToken := func(tok string) error {
+		_, err := pc.ExecParams(ctx, "SET fencegate.token = "+tok, nil, nil, nil, nil).Close()
+		return err
+	}
+	show := func(name string, resultFormats ...int16) string {
+		t.Helper()
+		rr := pc.ExecParams(ctx, "SHOW "+name, nil, nil, nil, resultFormats).Read()
+		if rr.Err != nil {
+			t.Fatalf("SHOW %s: %v", name, rr.Err)
+		}
+		if len(rr.Rows) != 1 || len(rr.FieldDescriptions) != 1 || rr.CommandTag.String() != "SHOW" {
+			t.Fatalf("SHOW %s: got %d rows, %d fields, tag %q", name, len(rr.Rows), len(rr.FieldDescriptions), rr.CommandTag)
+		}
+		if want := append(resultFormats, 0)[0]; rr.FieldDescriptions[0].Format != want {
+			t.Fatalf("SHOW %s: got format %d, want %d", name, rr.FieldDescriptions[0].Format, want)
+		}
+		return string(rr.Rows[0][0])
+	}
+
+	wantCode(t, insert("zombie"), "FG001")
+	if got := show("fencegate.token"); got != fmt.Sprint(old) {
+		t.Fatalf("SHOW fencegate.token: got %q, want %d", got, old)
+	}
+	if err := setToken(fmt.Sprint(cur)); err != nil {
+		t.Fatalf("SET fencegate.token: %v", err)
+	}
+	if got := show("fencegate.token", 1); got != fmt.Sprint(cur) {
+		t.Fatalf("SHOW fencegate.token after SET: got %q, want %d", got, cur)
+	}
+	if got := show("fencegate.fence"); got != "extset" {
+		t.Fatalf("SHOW fencegate.fence: got %q, want extset", got)
+	}
+	if err := insert("leader"); err != nil {
+		t.Fatalf("after SET: %v", err)
+	}
+
+	// pgx's describe-exec mode: Parse and Describe of the unnamed
+	// statement, Sync; then its Bind and Execute, Sync. The Bind is of
+	// fencegate's SET, not of the statement the server holds as unnamed,
+	// the INSERT before it, which would run again.
+	if _, err := pc.ExecParams(ctx, "INSERT INTO extset (v) VALUES ('once')", nil, nil, nil, nil).Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Prepare(ctx, "", fmt.Sprintf("SET fencegate.token = %d", old), nil); err != nil {
+		t.Fatalf("Prepare: %v", err)
+	}
+	if _, err := pc.ExecPrepared(ctx, "", nil, nil, nil).Close(); err != nil {
+		t.Fatalf("ExecPrepared: %v", err)
+	}
+	if got := e.values(t, "extset"); len(got) != 2 {
+		t.Fatalf("got rows %q, want leader and once", got)
+	}
+	if got := show("fencegate.token"); got != fmt.Sprint(old) {
+		t.Fatalf("SHOW fencegate.token after describe-exec SET: got %q, want %d", got, old)
+	}
+	if err := setToken(fmt.Sprint(cur)); err != nil {
+		t.Fatal(err)
+	}
+
+	batch := func(sqls ...string) func() error {
+		return func() error {
+			b := &pgconn.Batch{}
+			for _, sql := range sqls {
+				b.ExecParams(sql, nil, nil, nil, nil)
+			}
+			_, err := pc.ExecBatch(ctx, b).ReadAll()
+			return err
+		}
+	}
+	inBlock := func(sql string) func() error {
+		return func() error {
+			if _, err := pc.Exec(ctx, "BEGIN").ReadAll(); err != nil {
+				return err
+			}
+			_, err := pc.ExecParams(ctx, sql, nil, nil, nil, nil).Close()
+			_ = insert("in block")
+			_, _ = pc.Exec(ctx, "COMMIT").ReadAll()
+			return err
+		}
+	}
+	for _, tc := range []struct {
+		name, code string
+		run        func() error
+	}{
+		{"named", "FG006", func() error {
+			_, err := pc.Prepare(ctx, "settok", "SET fencegate.token = 1", nil)
+			return err
+		}},
+		{"after a statement", "FG006", batch("INSERT INTO extset (v) VALUES ('batch')", "SET fencegate.token = 1")},
+		{"before a statement", "FG006", batch("SET fencegate.token = 1", "INSERT INTO extset (v) VALUES ('batch')")},
+		{"SHOW before a statement", "FG006", batch("SHOW fencegate.token", "INSERT INTO extset (v) VALUES ('batch')")},
+		{"in a block", "FG006", inBlock("SET fencegate.token = 1")},
+		{"SHOW in a block", "FG006", inBlock("SHOW fencegate.token")},
+		{"with a parameter", "FG006", func() error {
+			_, err := pc.ExecParams(ctx, "SET fencegate.token = 1", [][]byte{[]byte("1")}, nil, nil, nil).Close()
+			return err
+		}},
+		{"not a token", "FG004", func() error { return setToken("'x'") }},
+	} {
+		before := e.values(t, "extset")
+		if code := wantCodeOf(tc.run()); code != tc.code {
+			t.Fatalf("%s: got SQLSTATE %q, want %s", tc.name, code, tc.code)
+		}
+		if got := e.values(t, "extset"); len(got) != len(before) {
+			t.Fatalf("%s: got rows %q, want %q", tc.name, got, before)
+		}
+		if got := show("fencegate.token"); got != fmt.Sprint(cur) {
+			t.Fatalf("%s: the token is %s, want %d", tc.name, got, cur)
+		}
+	}
+	if err := insert("after"); err != nil {
+		t.Fatalf("after the refusals: %v", err)
+	}
 }

@@ -12,8 +12,9 @@
 // pipeline, proxy.Gateway.Redis, which authorizes, decides on the token,
 // and runs the commands in the fencing script of proxy/redis with its
 // allowlist, arity and {fence} key rules. fencegate answers PING, ECHO,
-// SELECT 0, CLIENT SETNAME|GETNAME|SETINFO|ID, QUIT, RESET, HELLO, AUTH
-// and a minimal COMMAND itself.
+// SELECT 0, CLIENT SETNAME|GETNAME|SETINFO|ID, QUIT, RESET, HELLO, AUTH,
+// a minimal COMMAND and a minimal INFO itself (INFO says what HELLO says,
+// and loading:0, which ioredis waits for; nothing of the Redis behind).
 //
 // Replies: fencegate's refusals are error replies whose first word is the
 // reason (-STALE_TOKEN fencegate: ...); an error of Redis itself inside

@@ -30,6 +30,11 @@ func TestLocalCommands(t *testing.T) {
 		{cmd("CLIENT", "KILL", "ID", "1"), []string{"-ERR fencegate: CLIENT KILL is not supported"}},
 		{cmd("COMMAND", "DOCS"), []string{"*0"}},
 		{cmd("COMMAND", "COUNT"), []string{":0"}},
+		// ioredis's ready check: INFO, then loading:0.
+		{cmd("INFO"), []string{"$", "# Server", "redis_version:7.0.0", "redis_mode:standalone", "proxy:fencegate", "", "# Persistence", "loading:0", "", "# Replication", "role:master", ""}},
+		{cmd("info", "Persistence"), []string{"$26", "# Persistence", "loading:0", ""}},
+		{cmd("INFO", "keyspace"), []string{"$0", ""}},
+		{cmd("INFO", "replication", "server"), []string{"$", "# Server", "redis_version:7.0.0", "redis_mode:standalone", "proxy:fencegate", "", "# Replication", "role:master", ""}},
 		{cmd("HELLO", "4"), []string{"-NOPROTO "}},
 		{cmd("HELLO", "3", "AUTH", f, "x"), []string{"-INVALID_TOKEN "}},
 		{cmd("HELLO", "3", "AUTH", f, strconv.FormatUint(tok, 10), "SETNAME", "w2"), []string{"%7", "$6", "server", "$5", "redis", "$7", "version", "$5", "7.0.0", "$5", "proto", ":3"}},

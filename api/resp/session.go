@@ -312,6 +312,7 @@ const (
 	kindDiscard
 	kindWatch
 	kindUnwatch
+	kindInfo
 )
 
 func kindOf(name string) kind {
@@ -345,6 +346,8 @@ func kindOf(name string) kind {
 		return kindWatch
 	case "UNWATCH":
 		return kindUnwatch
+	case "INFO":
+		return kindInfo
 	}
 	return kindData
 }
@@ -452,6 +455,8 @@ func (s *session) local(k kind, args []string) error {
 		w.error("COMMAND_NOT_ALLOWED fencegate: WATCH is not supported: EXEC runs the queued commands as one atomic fenced script, and nothing else can be watched through fencegate")
 	case kindUnwatch:
 		w.status("OK") // nothing is ever watched
+	case kindInfo:
+		info(w, args[1:])
 	}
 	return nil
 }
@@ -588,6 +593,40 @@ func (s *session) command(args []string) {
 	default:
 		s.w.array(0)
 	}
+}
+
+// infoSections is what INFO tells a client: the fields clients read at
+// start, consistent with HELLO's answer, and nothing of the Redis behind
+// fencegate, whose INFO stays an administrative command out of a worker's
+// reach. ioredis sends INFO after AUTH and reads loading:0 before it
+// sends anything else.
+var infoSections = [...]struct{ name, text string }{
+	{"server", "# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\nproxy:fencegate\r\n"},
+	{"persistence", "# Persistence\r\nloading:0\r\n"},
+	{"replication", "# Replication\r\nrole:master\r\n"},
+}
+
+// info answers INFO [section ...] as Redis 7 does: the default sections
+// without arguments or with default, all or everything; the named ones
+// otherwise, an unknown name adding nothing.
+func info(w *writer, sections []string) {
+	var b strings.Builder
+	for _, sec := range infoSections {
+		want := len(sections) == 0
+		for _, a := range sections {
+			switch strings.ToLower(a) {
+			case sec.name, "default", "all", "everything":
+				want = true
+			}
+		}
+		if want {
+			if b.Len() > 0 {
+				b.WriteString("\r\n")
+			}
+			b.WriteString(sec.text)
+		}
+	}
+	w.bulk(b.String())
 }
 
 // hello answers HELLO [protover [AUTH fence token] [SETNAME name]].

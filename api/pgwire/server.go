@@ -7,14 +7,14 @@
 // own user, database and credentials: fencegate relays the authentication
 // exchange and holds no database password. The fence and token come with
 // the connection (startup parameters fencegate.fence and fencegate.token,
-// or the same in options); SET fencegate.token changes the token outside a
-// transaction, and fencegate answers it and SHOW fencegate.* itself, in
-// the extended protocol too (localSegment). Before the first client statement of every
-// transaction, fencegate inserts the fence check (fencegate.advance) into
-// the client's stream, in that same transaction, and drops its replies
-// (PgBouncer's outstanding-request queue): a refused check fails the
-// transaction. The decision on the token is the pipeline's
-// (proxy.Gateway.AdmitSQL), shared with gRPC and HTTP.
+// or the same in options); SET fencegate.token changes the token outside
+// a transaction, and fencegate answers it and SHOW fencegate.* itself, in
+// the extended protocol too (localSegment). Before the first client
+// statement of every transaction, fencegate inserts the fence check
+// (fencegate.advance) into the client's stream, in that same transaction,
+// and drops its replies (PgBouncer's outstanding-request queue): a refused
+// check fails the transaction. The decision on the token is the
+// pipeline's (proxy.Gateway.AdmitSQL), shared with gRPC and HTTP.
 //
 // The client gets a process id and cancel key of fencegate's
 // (BackendKeyData), mapped to its server connection's: a CancelRequest

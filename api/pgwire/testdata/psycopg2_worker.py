@@ -15,8 +15,11 @@ try:
                          options=f"-c fencegate.fence={fence} -c fencegate.token={token}")
     cur = c.cursor()
     if set_token != "-":
+        # Outside a transaction: psycopg2 opens one before each statement
+        # unless autocommit is on.
+        c.autocommit = True
         cur.execute("SET fencegate.token = %s", (set_token,))
-        c.commit()
+        c.autocommit = False
     ins = f"INSERT INTO {table} (v) VALUES (%s)"
     # psycopg2 opens a transaction with BEGIN before the first statement.
     cur.execute(ins, (tag + "-1",))

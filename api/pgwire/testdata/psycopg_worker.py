@@ -8,6 +8,7 @@
 import sys
 
 import psycopg
+from psycopg import sql
 
 port, fence, token, set_token, table, tag = sys.argv[1:7]
 ins = f"INSERT INTO {table} (v) VALUES (%s)"
@@ -17,8 +18,11 @@ try:
                          options=f"-c fencegate.fence={fence} -c fencegate.token={token}",
                          prepare_threshold=1) as c:
         if set_token != "-":
-            c.execute("SELECT set_config('fencegate.token', %s, false)", (set_token,))
-            c.commit()
+            # Outside a transaction: psycopg opens one before each
+            # statement unless autocommit is on.
+            c.autocommit = True
+            c.execute(sql.SQL("SET fencegate.token = {}").format(sql.Literal(set_token)))
+            c.autocommit = False
         for i in range(3):
             c.execute(ins, (f"{tag}-{i}",))
         c.commit()

@@ -1,0 +1,117 @@
+package pgwire_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/api/pgwire"
+)
+
+// pgJDBC is Debian's PgJDBC (libpostgresql-jdbc-java, .ci/deps.sh).
+const pgJDBC = "/usr/share/java/postgresql.jar"
+
+// A pgDriver runs one of the worker programs in testdata (and
+// ../testdata/node) with <port> <fence> <token> <set-token|-> <table>
+// <tag>: it prints "OK <rows it wrote>" or "ERR <SQLSTATE> <message>".
+type pgDriver struct {
+	name string
+	argv []string // the program; the worker's arguments follow
+	opts []string // after the worker's arguments
+	rows int      // rows one run writes
+	// setOpts replace opts for the run that connects with the zombie's
+	// token and then SETs the leader's.
+	setOpts []string
+}
+
+var pgDrivers = []pgDriver{
+	// Debian's python3, where python3-psycopg2 and python3-psycopg install.
+	{name: "psycopg2", argv: []string{"/usr/bin/python3", "testdata/psycopg2_worker.py"}, rows: 5},
+	{name: "psycopg", argv: []string{"/usr/bin/python3", "testdata/psycopg_worker.py"}, rows: 14},
+	// PgJDBC runs SET extra_float_digits at connect unless
+	// assumeMinServerVersion is 9.0 or later: a transaction like any other,
+	// fenced, so with the zombie's token the connection fails before it
+	// could SET the token. A worker that SETs its new token on pooled
+	// connections opened them while its token was current.
+	{name: "pgjdbc", argv: []string{"java", "-cp", pgJDBC, "testdata/PgJDBCWorker.java"}, rows: 10,
+		setOpts: []string{"assumeMinServerVersion=9.4"}},
+	// A savepoint before every statement of a transaction, in the same
+	// round trip.
+	{name: "pgjdbc autosave", argv: []string{"java", "-cp", pgJDBC, "testdata/PgJDBCWorker.java"}, rows: 10,
+		opts: []string{"autosave=always"}, setOpts: []string{"autosave=always", "assumeMinServerVersion=9.4"}},
+	{name: "node-postgres", argv: []string{"node", "../testdata/node/pg.mjs"}, rows: 7},
+}
+
+// run runs the driver's worker and returns what it printed.
+func (d pgDriver) run(t *testing.T, port, fence string, token uint64, setToken, table, tag string, opts []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	args := append(append(d.argv[1:len(d.argv):len(d.argv)], port, fence, fmt.Sprint(token), setToken, table, tag), opts...)
+	out, err := exec.CommandContext(ctx, d.argv[0], args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v: %s", d.name, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// TestDrivers: the PostgreSQL drivers workers use, unmodified, through
+// the listener: psycopg2 (libpq: simple queries, its own BEGIN before a
+// statement, COPY), psycopg 3 (extended protocol, prepared statements,
+// pipeline mode, savepoints, COPY), PgJDBC (extended protocol only:
+// named statements, batches, savepoints; and with a savepoint before
+// every statement) and node-postgres (unnamed and named statements, a
+// transaction, a string of two statements). Each writes with the
+// leader's token; with the zombie's it is refused and stores nothing; a
+// connection opened with the zombie's token writes after SET
+// fencegate.token to the leader's.
+func TestDrivers(t *testing.T) {
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "drv")
+	old, resign := e.lead(t, "drivers")
+	resign()
+	cur, _ := e.lead(t, "drivers")
+	if _, err := os.Stat(pgJDBC); err != nil {
+		t.Fatalf("PgJDBC: %v: run make deps (Debian's libpostgresql-jdbc-java)", err)
+	}
+	if _, err := os.Stat("../testdata/node/node_modules/pg"); err != nil {
+		t.Fatalf("node-postgres: %v: run make deps (npm ci --prefix api/testdata/node)", err)
+	}
+	for i, d := range pgDrivers {
+		t.Run(d.name, func(t *testing.T) {
+			tag := func(s string) string { return fmt.Sprintf("d%d%s", i, s) }
+			if got, want := d.run(t, e.port, "drivers", cur, "-", "drv", tag("leader"), d.opts), fmt.Sprintf("OK %d", d.rows); got != want {
+				t.Errorf("leader's token: got %q, want %q", got, want)
+			}
+			if got := d.run(t, e.port, "drivers", old, "-", "drv", tag("zombie"), d.opts); !strings.HasPrefix(got, "ERR FG001 ") || !strings.Contains(got, "fencegate: STALE_TOKEN: ") {
+				t.Errorf("zombie's token: got %q, want ERR FG001 ... fencegate: STALE_TOKEN: ...", got)
+			}
+			opts := d.opts
+			if d.setOpts != nil {
+				opts = d.setOpts
+			}
+			if got, want := d.run(t, e.port, "drivers", old, fmt.Sprint(cur), "drv", tag("set"), opts), fmt.Sprintf("OK %d", d.rows); got != want {
+				t.Errorf("zombie's token, then SET fencegate.token to the leader's: got %q, want %q", got, want)
+			}
+			for s, want := range map[string]int{"leader": d.rows, "zombie": 0, "set": d.rows} {
+				if got := e.countLike(t, "drv", tag(s)+"-%"); got != want {
+					t.Errorf("rows of the %s run: got %d stored, want %d", s, got, want)
+				}
+			}
+		})
+	}
+}
+
+// countLike counts table's rows whose v is LIKE pattern.
+func (e *env) countLike(t *testing.T, table, pattern string) int {
+	t.Helper()
+	var n int
+	if err := e.admin.QueryRow(context.Background(), "SELECT count(*) FROM "+table+" WHERE v LIKE $1", pattern).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

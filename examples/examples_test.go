@@ -227,7 +227,8 @@ func startDev(t *testing.T, bin string) *dev {
 	pg := freeport.Addr(t)
 	d.pgHost, d.pgPort, _ = net.SplitHostPort(pg)
 	cmd := exec.Command(bin, "dev", "--etcd-listen="+d.etcd, "--grpc-addr="+freeport.Addr(t),
-		"--http-addr="+strings.TrimPrefix(d.http, "http://"), "--pg-listen-addr="+pg)
+		"--http-addr="+strings.TrimPrefix(d.http, "http://"), "--pg-listen-addr="+pg,
+		"--redis-listen-addr="+freeport.Addr(t))
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
@@ -263,6 +264,7 @@ func startDev(t *testing.T, bin string) *dev {
 		}
 		select {
 		case err := <-exited:
+			exited <- err // for the cleanup, which waits for it
 			t.Fatalf("fencegate dev exited: %v\n%s", err, readFile(t, errPath))
 		default:
 		}

@@ -401,17 +401,18 @@ func (c *session) extended(t byte, body, raw []byte) error {
 	return nil
 }
 
-// localSegment answers the rest of a segment that began with Parse of
-// SET fencegate.token or SHOW fencegate.token|fence as the unnamed
-// statement, at idle, as the server would answer it (drivers that speak
-// only the extended protocol, such as PgJDBC, send every statement so):
-// nothing goes to the server. Its Bind, Describe and Execute are of that
+// localSegment answers the rest of a segment, at idle, of SET
+// fencegate.token or SHOW fencegate.token|fence as the unnamed statement,
+// as the server would answer it (drivers that speak only the extended
+// protocol, such as PgJDBC, send every statement so): nothing goes to the
+// server. The segment begins with the statement's Parse, or with a Bind
+// or Describe of it in a later segment (pgx's describe-exec mode parses
+// in one and binds in the next): fencegate holds the unnamed statement as
+// its own until the client parses another, for the server's unnamed
+// statement is an older one. Its Bind, Describe and Execute are of that
 // statement and the unnamed portal. A SET changes the token at the Sync,
 // as a SET in the segment's implicit transaction would at its commit.
-// Anything else is refused, and the token stays. The unnamed statement
-// the server holds stays whatever it was, and fencegate's view of it too,
-// so a later Bind of it without a Parse binds that one, fenced as ever;
-// no driver binds a statement it did not just parse there.
+// Anything else is refused, and the token stays.
 func (c *session) localSegment(t byte, body []byte) error {
 	vd := c.localVd
 	why := vd.whyLocal()

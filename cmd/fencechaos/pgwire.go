@@ -202,13 +202,21 @@ func (s *pgwireSender) dial(ctx context.Context, token int64) (*pgwireConn, erro
 }
 
 // conn returns a connection carrying token: an idle one as it is, moved
-// to the token by `SET fencegate.token` or by a new connection (drawn, so
-// both are exercised), or a new one.
+// to the token by `SET fencegate.token` (a simple Query, or the extended
+// protocol's unnamed statement as PgJDBC sends it) or by a new connection
+// (drawn, so all are exercised), or a new one.
 func (s *pgwireSender) conn(ctx context.Context, token int64) (*pgwireConn, error) {
 	c := s.take()
 	if c != nil && s.fenced && c.token != token {
 		if s.coin() {
-			if _, err := c.conn.Exec(ctx, "SET fencegate.token = "+strconv.FormatInt(token, 10)); err == nil {
+			set := "SET fencegate.token = " + strconv.FormatInt(token, 10)
+			var err error
+			if s.coin() {
+				_, err = c.conn.Exec(ctx, set)
+			} else {
+				_, err = c.conn.PgConn().ExecParams(ctx, set, nil, nil, nil, nil).Close()
+			}
+			if err == nil {
 				c.token = token
 				return c, nil
 			}

@@ -61,6 +61,7 @@ func startSecureDev(t *testing.T) *secureDev {
 	}
 	cmd := exec.Command(bin, "dev", "--etcd-listen="+d.etcd, "--grpc-addr="+freeport.Addr(t),
 		"--http-addr="+strings.TrimPrefix(d.endpoint, "https://"), "--pg-listen-addr="+freeport.Addr(t),
+		"--redis-listen-addr="+freeport.Addr(t),
 		"--cert-file="+srv.CertFile, "--key-file="+srv.KeyFile, "--trusted-ca-file="+ca.File, "--token-auth-file="+tokens)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -88,6 +89,7 @@ func startSecureDev(t *testing.T) *secureDev {
 		}
 		select {
 		case err := <-exited:
+			exited <- err // for the cleanup, which waits for it
 			t.Fatalf("fencegate dev exited: %v\n%s", err, b)
 		default:
 		}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -51,7 +52,7 @@ func (d pgDriver) run(t *testing.T, port, fence string, token uint64, setToken, 
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	args := append(append(d.argv[1:len(d.argv):len(d.argv)], port, fence, fmt.Sprint(token), setToken, table, tag), opts...)
+	args := slices.Concat(d.argv[1:], []string{port, fence, fmt.Sprint(token), setToken, table, tag}, opts)
 	out, err := exec.CommandContext(ctx, d.argv[0], args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v: %s", d.name, err, out)

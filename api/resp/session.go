@@ -595,13 +595,17 @@ func (s *session) command(args []string) {
 	}
 }
 
+// redisVersion is the version HELLO and INFO report: the Redis whose
+// commands and replies the listener speaks (shape.go).
+const redisVersion = "7.0.0"
+
 // infoSections is what INFO tells a client: the fields clients read at
 // start, consistent with HELLO's answer, and nothing of the Redis behind
 // fencegate, whose INFO stays an administrative command out of a worker's
 // reach. ioredis sends INFO after AUTH and reads loading:0 before it
 // sends anything else.
 var infoSections = [...]struct{ name, text string }{
-	{"server", "# Server\r\nredis_version:7.0.0\r\nredis_mode:standalone\r\nproxy:fencegate\r\n"},
+	{"server", "# Server\r\nredis_version:" + redisVersion + "\r\nredis_mode:standalone\r\nproxy:fencegate\r\n"},
 	{"persistence", "# Persistence\r\nloading:0\r\n"},
 	{"replication", "# Replication\r\nrole:master\r\n"},
 }
@@ -686,7 +690,7 @@ func (s *session) hello(args []string) {
 	w.bulk("server")
 	w.bulk("redis")
 	w.bulk("version")
-	w.bulk("7.0.0")
+	w.bulk(redisVersion)
 	w.bulk("proto")
 	w.integer(int64(proto))
 	w.bulk("id")

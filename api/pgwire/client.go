@@ -461,9 +461,7 @@ func (c *session) localSegment(t byte, body []byte) error {
 		c.localRan = true
 		c.local = appendCommandComplete(c.local, "SET")
 	case 'H':
-		b := c.local
-		c.local = c.local[:0]
-		return c.answer(b)
+		return c.writeLocal()
 	case 'S':
 		if c.localRan {
 			c.token = vd.token
@@ -473,7 +471,22 @@ func (c *session) localSegment(t byte, body []byte) error {
 	default:
 		return c.endLocalSegment(c.refusalOf(why))
 	}
+	if len(c.local) >= maxLocal {
+		// A client that repeats Describe without Sync gets its answers
+		// as they come, as from the server, not held in memory.
+		return c.writeLocal()
+	}
 	return nil
+}
+
+// maxLocal bounds the answers localSegment holds before it writes them.
+const maxLocal = 16 << 10
+
+// writeLocal writes the answers localSegment holds.
+func (c *session) writeLocal() error {
+	b := c.local
+	c.local = c.local[:0]
+	return c.answer(b)
 }
 
 // noParams reads the rest of a Bind after its names: it must bind no

@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"io"
 	"net"
+	"strconv"
 	"testing"
 	"time"
 
@@ -117,5 +118,66 @@ func TestManyParsesWithoutSync(t *testing.T) {
 	// The next query runs: the connection is fine.
 	if got := string(readMessages(t, r, 4)); got != "TDCZ" {
 		t.Fatalf("the query after the refused segment got %q, want a row and ReadyForQuery", got)
+	}
+}
+
+// TestLocalSegmentBounded: a SET fencegate.token that fencegate answers
+// itself (localSegment), followed by many Describes and no Sync, gets its
+// answers as they come, as from the database, instead of fencegate
+// holding them all until the Sync; then the Sync ends the segment and the
+// session goes on.
+func TestLocalSegmentBounded(t *testing.T) {
+	e := newEnv(t, pgwire.Config{})
+	tok, _ := e.lead(t, "localflood")
+	conn := e.hijack(t, "localflood", tok)
+	const describes = 200_000 // 1.4 MB in, 2.4 MB of answers
+	var b []byte
+	b = append(b, 'P', 0, 0, 0, 0)
+	b = append(b, 0)
+	b = append(b, "SET fencegate.token = 1"...)
+	b = append(b, 0, 0, 0)
+	binary.BigEndian.PutUint32(b[1:], uint32(len(b)-1))
+	b = append(b, bytes.Repeat([]byte{'D', 0, 0, 0, 6, 'S', 0}, describes)...)
+	wrote := make(chan error, 1)
+	go func() { _, err := conn.Write(b); wrote <- err }()
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	r := bufio.NewReaderSize(conn, 1<<16)
+	// With no Sync sent, all but the last few KiB of the answers come:
+	// ParseComplete, then ParameterDescription and NoData per Describe.
+	const early = 2*describes - 4000
+	types := readMessages(t, r, early)
+	if err := <-wrote; err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write([]byte{'S', 0, 0, 0, 4}); err != nil {
+		t.Fatal(err)
+	}
+	types = append(types, readMessages(t, r, 1+2*describes-early+1)...)
+	if types[0] != '1' || types[1] != 't' || types[2] != 'n' || types[len(types)-2] != 'n' || types[len(types)-1] != 'Z' {
+		t.Fatalf("got answers %q...%q, want ParseComplete, ParameterDescription and NoData per Describe, then ReadyForQuery", types[:3], types[len(types)-2:])
+	}
+	// Nothing was executed: the token stays, and the session answers.
+	show := []byte("Q\x00\x00\x00\x00SHOW fencegate.token\x00")
+	binary.BigEndian.PutUint32(show[1:], uint32(len(show)-1))
+	if _, err := conn.Write(show); err != nil {
+		t.Fatal(err)
+	}
+	var hdr [5]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			t.Fatal(err)
+		}
+		body := make([]byte, binary.BigEndian.Uint32(hdr[1:])-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			t.Fatal(err)
+		}
+		if hdr[0] == 'D' {
+			if got, want := string(body[6:]), strconv.FormatUint(tok, 10); got != want {
+				t.Fatalf("SHOW fencegate.token: got %q, want %q", got, want)
+			}
+		}
+		if hdr[0] == 'Z' {
+			break
+		}
 	}
 }

@@ -333,7 +333,10 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		if body[0] != 'S' {
 			break
 		}
-		name, _, _ := cstring(body[1:])
+		name, _, ok := cstring(body[1:])
+		if !ok {
+			return errors.New("pgwire: bad Describe message")
+		}
 		if vd := c.lookup('P', 's', name); vd != nil && vd.local() {
 			if c.idleStart {
 				c.startLocal(vd)
@@ -436,7 +439,11 @@ func (c *session) localSegment(t byte, body []byte) error {
 		if len(body) < 2 {
 			return errors.New("pgwire: bad Describe message")
 		}
-		if name, _, _ := cstring(body[1:]); len(name) != 0 || body[0] == 'P' && !c.localBound {
+		name, _, ok := cstring(body[1:])
+		if !ok {
+			return errors.New("pgwire: bad Describe message")
+		}
+		if len(name) != 0 || body[0] == 'P' && !c.localBound {
 			return c.endLocalSegment(c.refusalOf(why))
 		}
 		if body[0] == 'S' {
@@ -448,7 +455,11 @@ func (c *session) localSegment(t byte, body []byte) error {
 			c.local = append(c.local, 'n', 0, 0, 0, 4) // NoData
 		}
 	case 'E':
-		if portal, _, _ := cstring(body); len(portal) != 0 || !c.localBound {
+		portal, _, ok := cstring(body)
+		if !ok {
+			return errors.New("pgwire: bad Execute message")
+		}
+		if len(portal) != 0 || !c.localBound {
 			return c.endLocalSegment(c.refusalOf(why))
 		}
 		if vd.kind == kindShow {

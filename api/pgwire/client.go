@@ -41,6 +41,15 @@ func (c *session) clientLoop() error {
 		if err := c.room(); err != nil {
 			return err
 		}
+		if c.localVd != nil && (t == 'Q' || t == 'F') {
+			// A Query before the Sync of a segment fencegate answers
+			// itself: its answers so far go first, in order, and the
+			// segment ends unsynced, so a SET in it changes nothing.
+			c.localVd = nil
+			if err := c.writeLocal(); err != nil {
+				return err
+			}
+		}
 		switch t {
 		case 'X':
 			return nil

@@ -181,3 +181,58 @@ func TestLocalSegmentBounded(t *testing.T) {
 		}
 	}
 }
+
+// TestQueryInsideLocalSegment: a Query sent before the Sync of a SET
+// fencegate answers itself gets its answers after the SET's, in order;
+// the SET, never synced, leaves the token as it was, and the Query runs
+// fenced as any other.
+func TestQueryInsideLocalSegment(t *testing.T) {
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "localq")
+	tok, _ := e.lead(t, "localq")
+	conn := e.hijack(t, "localq", tok)
+	msg := func(typ byte, body string) []byte {
+		b := append([]byte{typ, 0, 0, 0, 0}, body...)
+		binary.BigEndian.PutUint32(b[1:], uint32(len(b)-1))
+		return b
+	}
+	var b []byte
+	b = append(b, msg('P', "\x00SET fencegate.token = 1\x00\x00\x00")...)
+	b = append(b, msg('B', "\x00\x00\x00\x00\x00\x00\x00\x00")...)
+	b = append(b, msg('E', "\x00\x00\x00\x00\x00")...)
+	b = append(b, msg('Q', "INSERT INTO localq (v) VALUES ('q:' || "+fencedMark+") RETURNING v\x00")...)
+	_ = conn.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	r := bufio.NewReader(conn)
+	// ParseComplete, BindComplete, CommandComplete (SET); then the
+	// Query's RowDescription, DataRow, CommandComplete, ReadyForQuery.
+	if got, want := string(readMessages(t, r, 7)), "12CTDCZ"; got != want {
+		t.Fatalf("got answers %q, want %q", got, want)
+	}
+	if got := e.values(t, "localq"); len(got) != 1 || got[0] != "q:localq" {
+		t.Fatalf("got rows %q, want the Query's, written after the fence check (q:localq)", got)
+	}
+	if _, err := conn.Write(msg('Q', "SHOW fencegate.token\x00")); err != nil {
+		t.Fatal(err)
+	}
+	var hdr [5]byte
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err != nil {
+			t.Fatal(err)
+		}
+		body := make([]byte, binary.BigEndian.Uint32(hdr[1:])-4)
+		if _, err := io.ReadFull(r, body); err != nil {
+			t.Fatal(err)
+		}
+		if hdr[0] == 'D' {
+			if got, want := string(body[6:]), strconv.FormatUint(tok, 10); got != want {
+				t.Fatalf("SHOW fencegate.token: got %q, want %q (the unsynced SET changed it)", got, want)
+			}
+		}
+		if hdr[0] == 'Z' {
+			break
+		}
+	}
+}

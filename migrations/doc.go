@@ -28,6 +28,14 @@
 // From version 6 advance runs one query when the token is the fence's mark
 // (a locked read of the row where it is), and version 3's path otherwise.
 //
+// From version 7 advance and advance_term run only as their transaction's
+// first statement: a transaction that already has an id (every check that
+// passed has one, from the fence row it locked or wrote) is refused with
+// SQLSTATE FG006. Version 3's once-per-transaction rule rested on a
+// setting, which a caller's RESET ALL, or set_config in dynamic SQL,
+// clears. The check itself is fencegate.advance_mark, which only
+// fencegate_owner may run.
+//
 // Apply is idempotent and safe to run from several replicas at once: it holds
 // a PostgreSQL session advisory lock while it creates the schema and runs
 // tern (which takes its own advisory lock too), so concurrent runs apply each

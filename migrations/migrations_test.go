@@ -481,6 +481,13 @@ func TestRuntimeRoleCannotMoveMarks(t *testing.T) {
 		{"second advance later in the transaction", "BEGIN; SELECT fencegate.advance('mine', 7); SELECT fencegate.advance('other', 9223372036854775807); COMMIT"},
 		{"second advance after one at the mark", "SELECT fencegate.advance('held', 7), fencegate.advance('other', 9223372036854775807)"},
 		{"second advance later than one at the mark", "BEGIN; SELECT fencegate.advance('held', 7); SELECT fencegate.advance('other', 9223372036854775807); COMMIT"},
+		// The mark of version 3 cleared first (RESET ALL, or set_config in
+		// dynamic SQL that no check of the text sees): from version 7 the
+		// transaction's id refuses the second call.
+		{"second advance after RESET ALL", "BEGIN; SELECT fencegate.advance('mine', 7); RESET ALL; SELECT fencegate.advance('other', 9223372036854775807); COMMIT"},
+		{"second advance after clearing the mark", "BEGIN; SELECT fencegate.advance('held', 7); SELECT set_config('fencegate.fenced', '', true); SELECT fencegate.advance('other', 9223372036854775807); COMMIT"},
+		{"second advance in dynamic SQL", "SELECT fencegate.advance('held', 7); DO $$ BEGIN EXECUTE 'RESET ALL'; EXECUTE 'SELECT fencegate.advance(''other'', 9223372036854775807)'; END $$"},
+		{"advance_mark", "SELECT fencegate.advance_mark('other', 9223372036854775807)"},
 	} {
 		_, err := rt.Exec(ctx, attack.sql)
 		if err == nil {

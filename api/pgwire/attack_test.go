@@ -405,3 +405,49 @@ func TestAttackConnectionsReleased(t *testing.T) {
 	e.connect(t, fence, tok)
 	e.connect(t, fence, tok)
 }
+
+// TestDynamicAdvanceRefused: a client cannot run the fence check itself
+// for another fence. Its text never names fencegate's schema here: the
+// SQL check cannot see into dynamic SQL, so the database refuses it
+// (migration 007: advance runs only as its transaction's first statement,
+// and a check that passed gave the transaction an id). Before 007 the
+// database refused a second call by a setting, fencegate.fenced, which
+// RESET ALL or set_config in dynamic SQL clears.
+func TestDynamicAdvanceRefused(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	victim, _ := e.lead(t, "victim")
+	vc := e.connect(t, "victim", victim)
+	if _, err := vc.Exec(ctx, "SELECT 1"); err != nil { // the victim's mark is its term
+		t.Fatal(err)
+	}
+	tok, _ := e.lead(t, "dyn")
+	const max = "9223372036854775807"
+	adv := "EXECUTE 'SELECT fence' || 'gate.advance(''victim'', " + max + ")';"
+	for _, tc := range []struct{ name, sql string }{
+		{"after RESET ALL", "DO $$ BEGIN EXECUTE 'RESET ALL'; " + adv + " END $$"},
+		{"after set_config", "DO $$ BEGIN EXECUTE 'SELECT set_' || 'config(''fence' || 'gate.fenced'', '''', true)'; " + adv + " END $$"},
+		{"advance_term", "DO $$ BEGIN EXECUTE 'RESET ALL'; EXECUTE 'SELECT fence' || 'gate.advance_term(''victim'', " + max + ", ''pg_class'', ''hashtext'')'; END $$"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := e.connect(t, "dyn", tok)
+			// The database's own error (the client's statement failed),
+			// not one of fencegate's: SQLSTATE FG006 and its message.
+			_, err := c.Exec(ctx, tc.sql)
+			if code := wantCodeOf(err); code != "FG006" || !strings.Contains(err.Error(), "only as the first statement of a transaction") {
+				t.Fatalf("got %v, want SQLSTATE FG006: only as the first statement", err)
+			}
+			var mark uint64
+			if err := e.admin.QueryRow(ctx, "SELECT token FROM fencegate.fences WHERE name = 'victim'").Scan(&mark); err != nil {
+				t.Fatal(err)
+			}
+			if mark != victim {
+				t.Fatalf("victim's mark: got %d, want %d", mark, victim)
+			}
+		})
+	}
+	// The victim's leader still writes.
+	if _, err := vc.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("victim's leader after the attacks: %v", err)
+	}
+}

@@ -106,6 +106,7 @@ func pgAttacks(other string) []attack {
 		pgAttack("upsert-other-mark-unicode", upsert(`U&"fenc\0065gate".fences`)),
 		pgAttack("advance-other", "SELECT fencegate.advance("+sqlQuote(other)+", "+maxToken+")"),
 		pgAttack("dynamic-update-marks", "DO $$ BEGIN EXECUTE format('UPDATE %I.fences SET token = "+maxToken+"', 'fence'||'gate'); END $$"),
+		pgAttack("dynamic-advance-other", dynamicAdvance(other)),
 		// Commit the first record on its own, then the second outside the
 		// fenced transaction.
 		{name: "split-commit", weight: attackWeight, rows: 2, build: func(cfg workerConfig, token, seq int64) request {
@@ -127,6 +128,15 @@ func pgAttacks(other string) []attack {
 		abuse(pgAttack("generate-series", "SELECT generate_series(1,1000000)")),
 		abuse(pgAttack("sleep", "SELECT pg_sleep(4.5)", "SELECT pg_sleep(4.5)", "SELECT pg_sleep(4.5)")),
 	}
+}
+
+// dynamicAdvance runs the fence check of fence other with the highest
+// token from dynamic SQL, which no check of the statement's text sees,
+// after clearing the setting by which the database once refused a second
+// check in a transaction (before migration 007).
+func dynamicAdvance(other string) string {
+	return "DO $$ BEGIN EXECUTE 'RESET ALL'; EXECUTE 'SELECT fence' || 'gate.advance(' || " + sqlQuote(sqlQuote(other)) +
+		" || ', " + maxToken + ")'; END $$"
 }
 
 // pgwireAttack is pgAttack sent by a pgwire worker as one Query string,
@@ -171,6 +181,7 @@ func pgwireAttacks(other string) []attack {
 		pgwireAttack("upsert-other-mark-unicode", upsert(`U&"fenc\0065gate".fences`)),
 		pgwireAttack("advance-other", "SELECT fencegate.advance("+sqlQuote(other)+", "+maxToken+")"),
 		pgwireAttack("dynamic-update-marks", "DO $$ BEGIN EXECUTE format('UPDATE %I.fences SET token = "+maxToken+"', 'fence'||'gate'); END $$"),
+		pgwireAttack("dynamic-advance-other", dynamicAdvance(other)),
 		// The token is the connection's: changing it inside a
 		// transaction, or by set_config, or resetting it, is refused.
 		pgwireAttack("set-token-in-transaction", "SET fencegate.token = "+maxToken),

@@ -2,12 +2,15 @@ package postgres
 
 import (
 	"context"
+	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -236,5 +239,37 @@ WHERE application_name = 'fencegate' AND wait_event_type = 'Lock'`).Scan(&n); er
 		if n > 0 {
 			return
 		}
+	}
+}
+
+// TestTermCheckOnlyFirst: advance_term, like advance, runs only as its
+// transaction's first statement (migration 007), so a statement of a
+// write already checked cannot run another fence's check, here with the
+// other election's real current term, from dynamic SQL after RESET ALL.
+func TestTermCheckOnlyFirst(t *testing.T) {
+	openTermBackend(t) // the term table
+	fence := unique("term_first")
+	_, term := seedWorker(t, fence)
+	conn, err := pgx.Connect(t.Context(), runtimeDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	call := "SELECT fencegate.advance_term('" + fence + "', " + strconv.FormatInt(term, 10) + ", 'public.leadership_term', 'hashtext')"
+	_, err = conn.Exec(t.Context(), "SELECT fencegate.advance('"+unique("mine")+"', 1); DO $$ BEGIN EXECUTE 'RESET ALL'; EXECUTE '"+strings.ReplaceAll(call, "'", "''")+"'; END $$")
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "FG006" {
+		t.Fatalf("advance_term after a check: got %v, want SQLSTATE FG006", err)
+	}
+	var n int
+	if err := admin(t).QueryRow(t.Context(), "SELECT count(*) FROM fencegate.fences WHERE name = $1", fence).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("fence %s: got a mark, want none", fence)
+	}
+	// First in its transaction, the same call is the check.
+	if _, err := conn.Exec(t.Context(), call); err != nil {
+		t.Fatalf("advance_term first: %v", err)
 	}
 }

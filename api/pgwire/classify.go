@@ -81,7 +81,6 @@ const (
 	whyChain       = "AND CHAIN starts a new transaction without the fence check; send BEGIN separately"
 	whySetting     = "fencegate.* settings are fencegate's: only `SET fencegate.token = N` outside a transaction is allowed"
 	whyShow        = "fencegate answers only `SHOW fencegate.token` and `SHOW fencegate.fence`, each as a query of its own"
-	whyResetAll    = "RESET ALL would reset fencegate's settings of the transaction"
 	whySetConfig   = "set_config may only change settings named by a constant other than fencegate.*"
 	whySchema      = "the fencegate schema holds the fences; client SQL must not name it"
 	whyName        = "prepared statement names starting with fencegate are fencegate's"
@@ -142,9 +141,10 @@ func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
 		return kindProc, ""
 	case *pg_query.Node_VariableSetStmt:
 		s := x.VariableSetStmt
-		if s.Kind == pg_query.VariableSetKind_VAR_RESET_ALL {
-			return kindOther, whyResetAll
-		}
+		// RESET ALL is allowed: it resets the session's settings, as in
+		// a direct session (asyncpg's pool runs it at every release),
+		// fencegate.fenced among them, on which no check rests since
+		// migration 007. fencegate's own, the token, stays.
 		name := strings.ToLower(s.Name)
 		if !strings.HasPrefix(name, "fencegate.") {
 			return kindOther, ""

@@ -16,8 +16,8 @@ const (
 	whyExecuteEnd   = "EXECUTE of a prepared statement that ends the transaction or is CALL or DO"
 	whyFunctionCall = "the fast-path function call interface is not fenced"
 	whySetTokenTx   = "SET fencegate.token only outside a transaction block, as a query of its own"
-	whySetTokenExt  = "SET fencegate.token in the extended protocol only as the unnamed statement, alone between Syncs, outside a transaction block"
-	whyShowExt      = "SHOW fencegate.token or fencegate.fence in the extended protocol only as the unnamed statement, alone between Syncs, outside a transaction block"
+	whySetTokenExt  = "SET fencegate.token in the extended protocol only alone between Syncs, outside a transaction block, with the unnamed portal"
+	whyShowExt      = "SHOW fencegate.token or fencegate.fence in the extended protocol only alone between Syncs, outside a transaction block, with the unnamed portal"
 	whyChanges      = "more than 262144 Parse, Bind and Close messages without a Sync"
 )
 
@@ -305,18 +305,19 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			why = vd.refuse
 		case vd.hasProc:
 			why = whyProcExtended
-		case vd.local() && len(name) == 0 && c.idleStart:
+		case reservedName(string(name)):
+			why = whyName
+		case vd.local() && c.idleStart:
 			// Answered by fencegate, nothing sent: localSegment. The
-			// unnamed statement is fencegate's until the next Parse of
-			// it: a Bind of it must not reach the server's, an older one.
-			c.stmts[""] = vd
-			c.startLocal(vd)
+			// statement is fencegate's until the next Parse or Close of
+			// its name: a Bind of it must not reach the server, which
+			// has an older one of that name or none.
+			c.stmts[string(name)] = vd
+			c.startLocal(vd, string(name))
 			c.local = appendParseComplete(c.local)
 			return nil
 		case vd.local():
 			why = vd.whyLocal()
-		case reservedName(string(name)):
-			why = whyName
 		}
 		ch = &change{what: 'P', name: string(name), vd: vd}
 	case 'B':
@@ -328,7 +329,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		vd = c.lookup('P', 's', stmt)
 		if vd != nil && vd.local() {
 			if len(portal) == 0 && c.idleStart {
-				c.startLocal(vd)
+				c.startLocal(vd, string(stmt))
 				return c.localSegment(t, body)
 			}
 			why = vd.whyLocal()
@@ -348,7 +349,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		}
 		if vd := c.lookup('P', 's', name); vd != nil && vd.local() {
 			if c.idleStart {
-				c.startLocal(vd)
+				c.startLocal(vd, string(name))
 				return c.localSegment(t, body)
 			}
 			why = vd.whyLocal()
@@ -414,15 +415,16 @@ func (c *session) extended(t byte, body, raw []byte) error {
 }
 
 // localSegment answers the rest of a segment, at idle, of SET
-// fencegate.token or SHOW fencegate.token|fence as the unnamed statement,
+// fencegate.token or SHOW fencegate.token|fence as a prepared statement,
 // as the server would answer it (drivers that speak only the extended
 // protocol, such as PgJDBC, send every statement so): nothing goes to the
 // server. The segment begins with the statement's Parse, or with a Bind
 // or Describe of it in a later segment (pgx's describe-exec mode parses
-// in one and binds in the next): fencegate holds the unnamed statement as
-// its own until the client parses another, for the server's unnamed
-// statement is an older one. Its Bind, Describe and Execute are of that
-// statement and the unnamed portal. A SET changes the token at the Sync,
+// in one and binds in the next; asyncpg prepares a named statement in one
+// and runs it in the next): fencegate holds the statement as its own
+// until the client parses another of its name or closes it, for the
+// server has an older one of that name, or none. Its Bind, Describe and
+// Execute are of that statement and the unnamed portal. A SET changes the token at the Sync,
 // as a SET in the segment's implicit transaction would at its commit.
 // Anything else is refused, and the token stays.
 func (c *session) localSegment(t byte, body []byte) error {
@@ -438,7 +440,7 @@ func (c *session) localSegment(t byte, body []byte) error {
 		// No parameters (the statement takes none), then the result
 		// formats: binary if the only one is.
 		rf, ok3 := noParams(rest)
-		if len(portal) != 0 || len(stmt) != 0 || !ok3 {
+		if len(portal) != 0 || string(stmt) != c.localName || !ok3 {
 			return c.endLocalSegment(c.refusalOf(why))
 		}
 		c.localBinary = len(rf) >= 4 && binary.BigEndian.Uint16(rf) == 1 && binary.BigEndian.Uint16(rf[2:]) == 1
@@ -452,7 +454,7 @@ func (c *session) localSegment(t byte, body []byte) error {
 		if !ok {
 			return errors.New("pgwire: bad Describe message")
 		}
-		if len(name) != 0 || body[0] == 'P' && !c.localBound {
+		if body[0] == 'S' && string(name) != c.localName || body[0] == 'P' && (len(name) != 0 || !c.localBound) {
 			return c.endLocalSegment(c.refusalOf(why))
 		}
 		if body[0] == 'S' {
@@ -522,9 +524,10 @@ func noParams(b []byte) ([]byte, bool) {
 	return b[skip+2:], true
 }
 
-// startLocal starts a segment localSegment answers, of vd.
-func (c *session) startLocal(vd *verdict) {
-	c.localVd, c.localBound, c.localRan, c.localBinary = vd, false, false, false
+// startLocal starts a segment localSegment answers, of vd, the statement
+// named name.
+func (c *session) startLocal(vd *verdict, name string) {
+	c.localVd, c.localName, c.localBound, c.localRan, c.localBinary = vd, name, false, false, false
 	c.local = c.local[:0]
 }
 

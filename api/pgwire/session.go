@@ -104,11 +104,13 @@ type session struct {
 	swallow     bool // drop client messages until Sync
 	localRFQ    bool // and answer that Sync with ReadyForQuery 'I' ourselves
 	// localVd, when set, is the extended-protocol SET fencegate.token or
-	// SHOW fencegate.* whose segment C2S answers itself (localSegment):
-	// localBound says its unnamed portal is bound, localRan that a SET's
-	// Execute ran, localBinary that the Bind asked for binary results;
-	// local holds the answers not yet written.
+	// SHOW fencegate.* whose segment C2S answers itself (localSegment),
+	// the statement named localName: localBound says the unnamed portal
+	// is bound to it, localRan that a SET's Execute ran, localBinary that
+	// the Bind asked for binary results; local holds the answers not yet
+	// written.
 	localVd     *verdict
+	localName   string
 	localBound  bool
 	localRan    bool
 	localBinary bool

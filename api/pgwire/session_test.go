@@ -298,10 +298,77 @@ func TestSessionState(t *testing.T) {
 	}
 }
 
+// TestResetAll: RESET ALL resets the session's settings as in a direct
+// session, in the simple and the extended protocol, alone, last in a
+// string (asyncpg's pool runs its reset so at every release) or in a
+// block; fencegate's token stays; and the transaction it is in is fenced
+// like any other (a zombie's is refused and writes nothing).
+func TestResetAll(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "resetall")
+	old, resign := e.lead(t, "resetall")
+	resign()
+	cur, _ := e.lead(t, "resetall")
+	c := e.connect(t, "resetall", cur)
+	setting := func() string {
+		t.Helper()
+		var v string
+		if err := c.QueryRow(ctx, "SELECT current_setting('application_name')").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	for _, tc := range []struct {
+		name string
+		run  func() error
+	}{
+		{"alone", func() error { _, err := c.PgConn().Exec(ctx, "RESET ALL").ReadAll(); return err }},
+		{"asyncpg's reset", func() error {
+			_, err := c.PgConn().Exec(ctx, "SELECT pg_advisory_unlock_all();\nCLOSE ALL;\n"+
+				"DO $$ BEGIN PERFORM * FROM pg_listening_channels() LIMIT 1; IF FOUND THEN UNLISTEN *; END IF; END; $$;\nRESET ALL;").ReadAll()
+			return err
+		}},
+		{"extended", func() error {
+			_, err := c.PgConn().ExecParams(ctx, "RESET ALL", nil, nil, nil, nil).Close()
+			return err
+		}},
+		{"in a block, between writes", func() error {
+			_, err := c.PgConn().Exec(ctx, "BEGIN; INSERT INTO resetall (v) VALUES ('before'); RESET ALL; INSERT INTO resetall (v) VALUES ('after'); COMMIT").ReadAll()
+			return err
+		}},
+	} {
+		if _, err := c.Exec(ctx, "SET application_name = 'set'"); err != nil {
+			t.Fatal(err)
+		}
+		if err := tc.run(); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if got := setting(); got != "" {
+			t.Fatalf("%s: application_name is %q after RESET ALL, want it reset", tc.name, got)
+		}
+		var tok string
+		if err := c.QueryRow(ctx, "SHOW fencegate.token").Scan(&tok); err != nil || tok != fmt.Sprint(cur) {
+			t.Fatalf("%s: SHOW fencegate.token: got %q, %v, want %d", tc.name, tok, err, cur)
+		}
+	}
+	if got := e.values(t, "resetall"); fmt.Sprint(got) != "[before after]" {
+		t.Fatalf("got rows %q, want before and after", got)
+	}
+	z := e.connect(t, "resetall", old)
+	_, err := z.PgConn().Exec(ctx, "RESET ALL; INSERT INTO resetall (v) VALUES ('zombie')").ReadAll()
+	wantCode(t, err, "FG001")
+	_, err = z.PgConn().Exec(ctx, "INSERT INTO resetall (v) VALUES ('zombie'); RESET ALL").ReadAll()
+	wantCode(t, err, "FG001")
+	if got := e.count(t, "resetall"); got != 2 {
+		t.Fatalf("got %d rows after the zombie's, want 2", got)
+	}
+}
+
 // TestTempTablesAndShow: temporary tables live as long as the session, as
 // in a direct one; SHOW fencegate.token and fencegate.fence answer what
-// the connection writes with, inside a transaction too; not as a named
-// statement (TestExtendedSetAndShow).
+// the connection writes with, inside a transaction too; not beside
+// another statement.
 func TestTempTablesAndShow(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, pgwire.Config{})
@@ -373,16 +440,18 @@ func TestTempTablesAndShow(t *testing.T) {
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("commit after SHOW: %v", err)
 	}
+	// pgx's default: a named prepared statement (TestExtendedSetAndShow).
 	var s string
-	err = c.QueryRow(ctx, "SHOW fencegate.token").Scan(&s)
-	wantCode(t, err, "FG006")
+	if err := c.QueryRow(ctx, "SHOW fencegate.token").Scan(&s); err != nil || s != fmt.Sprint(tok) {
+		t.Errorf("SHOW fencegate.token prepared: got %q, %v, want %d", s, err, tok)
+	}
 	err = c.QueryRow(ctx, "SHOW fencegate.token; SELECT 1", pgx.QueryExecModeSimpleProtocol).Scan(&s)
 	wantCode(t, err, "FG006")
 }
 
 // TestExtendedSetAndShow: drivers that speak only the extended protocol
-// (PgJDBC, Npgsql, pgx's describe-exec mode) change the token with SET
-// fencegate.token and read it with SHOW as the unnamed statement, alone
+// (PgJDBC, Npgsql, pgx's describe-exec mode, asyncpg) change the token
+// with SET fencegate.token and read it with SHOW, unnamed or named, alone
 // between Syncs, outside a transaction block; fencegate answers them
 // itself. Anywhere else they are refused, nothing is written and the
 // token stays.
@@ -457,6 +526,53 @@ func TestExtendedSetAndShow(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// Named statements (asyncpg prepares every statement it runs with
+	// arguments or fetches from, PgJDBC past prepareThreshold): Parse and
+	// Describe in one segment, Bind and Execute in the next, as often as
+	// the client likes, until it closes the statement.
+	if _, err := pc.Prepare(ctx, "settok", fmt.Sprintf("SET fencegate.token = %d", old), nil); err != nil {
+		t.Fatalf("Prepare named SET: %v", err)
+	}
+	sd, err := pc.Prepare(ctx, "showtok", "SHOW fencegate.token", nil)
+	if err != nil {
+		t.Fatalf("Prepare named SHOW: %v", err)
+	}
+	if len(sd.Fields) != 1 || sd.Fields[0].Name != "fencegate.token" {
+		t.Fatalf("named SHOW's description: got %+v", sd.Fields)
+	}
+	showNamed := func() string {
+		t.Helper()
+		rr := pc.ExecPrepared(ctx, "showtok", nil, nil, nil).Read()
+		if rr.Err != nil || len(rr.Rows) != 1 {
+			t.Fatalf("named SHOW: got %v, %d rows", rr.Err, len(rr.Rows))
+		}
+		return string(rr.Rows[0][0])
+	}
+	for i := 0; i < 2; i++ {
+		if _, err := pc.ExecPrepared(ctx, "settok", nil, nil, nil).Close(); err != nil {
+			t.Fatalf("named SET: %v", err)
+		}
+		if got := showNamed(); got != fmt.Sprint(old) {
+			t.Fatalf("named SHOW after named SET: got %q, want %d", got, old)
+		}
+		wantCode(t, insert("zombie again"), "FG001")
+		if err := setToken(fmt.Sprint(cur)); err != nil {
+			t.Fatal(err)
+		}
+		if got := showNamed(); got != fmt.Sprint(cur) {
+			t.Fatalf("named SHOW: got %q, want %d", got, cur)
+		}
+	}
+	if err := pc.Deallocate(ctx, "settok"); err != nil {
+		t.Fatalf("Close of the named SET: %v", err)
+	}
+	// Closed, it is gone, as on the server: 26000 invalid statement name.
+	_, err = pc.ExecPrepared(ctx, "settok", nil, nil, nil).Close()
+	wantCode(t, err, "26000")
+	if got := showNamed(); got != fmt.Sprint(cur) {
+		t.Fatalf("after the Close: the token is %s, want %d", got, cur)
+	}
+
 	batch := func(sqls ...string) func() error {
 		return func() error {
 			b := &pgconn.Batch{}
@@ -482,8 +598,12 @@ func TestExtendedSetAndShow(t *testing.T) {
 		name, code string
 		run        func() error
 	}{
-		{"named", "FG006", func() error {
-			_, err := pc.Prepare(ctx, "settok", "SET fencegate.token = 1", nil)
+		{"named in a block", "FG006", func() error {
+			if _, err := pc.Exec(ctx, "BEGIN").ReadAll(); err != nil {
+				return err
+			}
+			_, err := pc.Prepare(ctx, "settok2", "SET fencegate.token = 1", nil)
+			_, _ = pc.Exec(ctx, "ROLLBACK").ReadAll()
 			return err
 		}},
 		{"after a statement", "FG006", batch("INSERT INTO extset (v) VALUES ('batch')", "SET fencegate.token = 1")},

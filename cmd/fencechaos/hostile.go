@@ -183,10 +183,11 @@ func pgwireAttacks(other string) []attack {
 		pgwireAttack("dynamic-update-marks", "DO $$ BEGIN EXECUTE format('UPDATE %I.fences SET token = "+maxToken+"', 'fence'||'gate'); END $$"),
 		pgwireAttack("dynamic-advance-other", dynamicAdvance(other)),
 		// The token is the connection's: changing it inside a
-		// transaction, or by set_config, or resetting it, is refused.
+		// transaction, or by set_config, is refused. RESET ALL is
+		// allowed, and leaves the token and the fence check alone.
 		pgwireAttack("set-token-in-transaction", "SET fencegate.token = "+maxToken),
 		pgwireAttack("set-config-token", "SELECT set_config('fencegate.token', '"+maxToken+"', false)"),
-		pgwireAttack("reset-all", "RESET ALL"),
+		abuse(pgwireAttack("reset-all", "RESET ALL")),
 		pgwireAttack("prepare-fencegate-name", "PREPARE fencegate_advance_1 AS SELECT 1"),
 		// Commit the first record, then run the second in a transaction
 		// the listener did not fence.

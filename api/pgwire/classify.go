@@ -15,12 +15,13 @@ import (
 type stmtKind uint8
 
 const (
-	kindOther    stmtKind = iota
-	kindEnd               // ends the transaction: COMMIT, ROLLBACK, PREPARE TRANSACTION, ...
-	kindProc              // CALL or DO: may COMMIT inside when not atomic
-	kindSetToken          // SET fencegate.token = N, the whole string
-	kindEmpty             // no statement at all
-	kindShow              // SHOW fencegate.token or fencegate.fence, the whole string
+	kindOther      stmtKind = iota
+	kindEnd                 // ends the transaction: COMMIT, ROLLBACK, PREPARE TRANSACTION, ...
+	kindProc                // CALL or DO: may COMMIT inside when not atomic
+	kindSetToken            // SET fencegate.token = N, the whole string
+	kindEmpty               // no statement at all
+	kindShow                // SHOW fencegate.token or fencegate.fence, the whole string
+	kindDiscardAll          // DISCARD ALL, the whole string
 )
 
 // verdict is what fencegate learnt of one SQL string (a Query's, or a
@@ -185,6 +186,9 @@ func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
 		vd.dealloc = true
 	case *pg_query.Node_DiscardStmt:
 		vd.dealloc = true
+		if x.DiscardStmt.Target == pg_query.DiscardMode_DISCARD_ALL && count == 1 {
+			return kindDiscardAll, ""
+		}
 	}
 	return kindOther, ""
 }

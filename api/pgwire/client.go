@@ -229,16 +229,30 @@ func (c *session) query(body, raw []byte) error {
 		b = append(b, "::pg_catalog.int8);"...)
 	}
 	prefix := len(b) - sp - 5
-	b = append(b, sql...)
+	g := reply{msg: 'Q', prefix: prefix, adm: adm, chg: -1, text: vd.text}
+	if vd.kind == kindDiscardAll && idle {
+		// PostgreSQL runs DISCARD ALL only outside a transaction, where
+		// no check can run; what it is made of runs inside one, fenced,
+		// and the client sees DISCARD ALL's answer.
+		b = append(b, discardAllSQL...)
+		g.synth = "DISCARD ALL"
+	} else {
+		b = append(b, sql...)
+	}
 	b = finishMsg(append(b, 0), sp)
 	c.out = b
-	c.push(reply{msg: 'Q', prefix: prefix, adm: adm, chg: -1, text: vd.text})
+	c.push(g)
 	if _, err := c.sw.Write(b); err != nil {
 		adm.Done(tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, adm.Token(), "lost the database: %v", err), "", 0)
 		return err
 	}
 	return nil
 }
+
+// discardAllSQL is what DISCARD ALL does, in PostgreSQL's documented
+// order, as statements that run inside a transaction.
+const discardAllSQL = "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; DEALLOCATE ALL; UNLISTEN *; " +
+	"SELECT pg_catalog.pg_advisory_unlock_all(); DISCARD PLANS; DISCARD TEMP; DISCARD SEQUENCES"
 
 // refuseQuery replaces a refused Query (or FunctionCall) with one the
 // server fails, so the transaction fails as the client expects, and the

@@ -42,6 +42,11 @@ type reply struct {
 	why    *tokens.RefusalError
 	chg    int32 // index into session.changes, or -1
 	text   string
+	// synth, for a Query fencegate rewrote (DISCARD ALL), is the command
+	// tag the client sees in place of its statements' answers, unless
+	// one failed (failed).
+	synth  string
+	failed bool
 }
 
 // change is a statement or portal a client's Parse, Bind or Close makes
@@ -481,9 +486,17 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 	complete := false
 	switch g.msg {
 	case 'Q':
+		if t == 'E' {
+			g.failed = true
+		}
 		switch {
 		case t == 'Z':
 			complete = true
+			if g.synth != "" && !g.failed {
+				out = appendCommandComplete(c.sout[:0], g.synth)
+				out = append(out, raw...)
+				c.sout = out
+			}
 		case g.own == ownRefusal:
 			out = nil
 			if t == 'E' {
@@ -501,6 +514,8 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 				g.adm = nil
 				out = c.serr(refusal)
 			}
+		case g.synth != "" && t != 'E':
+			out = nil // answered at ReadyForQuery
 		default:
 			switch t {
 			case 'E':

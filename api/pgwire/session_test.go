@@ -365,6 +365,85 @@ func TestResetAll(t *testing.T) {
 	}
 }
 
+// TestDiscardAll: DISCARD ALL, which PostgreSQL runs only outside a
+// transaction (Npgsql's pool sends it when a pooled connection is opened
+// again, PgBouncer and Pgpool-II as their reset), runs as the statements
+// it is made of, inside a fenced transaction: a zombie's is refused and
+// resets nothing; the leader's resets settings, prepared statements
+// (fencegate's check included, prepared anew) and advisory locks, and
+// answers DISCARD ALL. In a block it fails as on the database.
+func TestDiscardAll(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "discard")
+	cur, resign := e.lead(t, "discard")
+	const lockKey = 4242
+	dirty := func(c *pgx.Conn) {
+		t.Helper()
+		for _, sql := range []string{"SET application_name = 'dirty'", "PREPARE q AS SELECT 1", fmt.Sprintf("SELECT pg_advisory_lock(%d)", lockKey)} {
+			if _, err := c.Exec(ctx, sql, pgx.QueryExecModeSimpleProtocol); err != nil {
+				t.Fatalf("%s: %v", sql, err)
+			}
+		}
+	}
+
+	c := e.connect(t, "discard", cur)
+	dirty(c)
+	// A session of this term that will be a zombie's: named while its
+	// token was current.
+	z := e.connect(t, "discard", cur)
+	if _, err := z.Exec(ctx, "SET application_name = 'dirty-zombie'", pgx.QueryExecModeSimpleProtocol); err != nil {
+		t.Fatal(err)
+	}
+	tag, err := c.PgConn().Exec(ctx, "DISCARD ALL").ReadAll()
+	if err != nil {
+		t.Fatalf("DISCARD ALL: %v", err)
+	}
+	if len(tag) != 1 || tag[0].CommandTag.String() != "DISCARD ALL" {
+		t.Fatalf("DISCARD ALL: got %d results, want one tagged DISCARD ALL", len(tag))
+	}
+	var app string
+	var prepared bool
+	if err := c.QueryRow(ctx, "SELECT current_setting('application_name'), (SELECT count(*) > 0 FROM pg_prepared_statements)", pgx.QueryExecModeSimpleProtocol).Scan(&app, &prepared); err != nil {
+		t.Fatal(err)
+	}
+	var locks int
+	if err := e.admin.QueryRow(ctx, "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND objid = $1", lockKey).Scan(&locks); err != nil {
+		t.Fatal(err)
+	}
+	if app != "" || prepared || locks != 0 {
+		t.Fatalf("after DISCARD ALL: application_name %q, prepared statements %v, advisory locks %d; want all reset", app, prepared, locks)
+	}
+	var tok string
+	if err := c.QueryRow(ctx, "SHOW fencegate.token", pgx.QueryExecModeSimpleProtocol).Scan(&tok); err != nil || tok != fmt.Sprint(cur) {
+		t.Fatalf("SHOW fencegate.token: got %q, %v, want %d", tok, err, cur)
+	}
+	// The extended protocol's check, deallocated with the rest, is
+	// prepared anew.
+	if _, err := c.Exec(ctx, "INSERT INTO discard (v) VALUES ($1)", "leader"); err != nil {
+		t.Fatalf("after DISCARD ALL: %v", err)
+	}
+	if _, err := c.PgConn().Exec(ctx, "BEGIN; DISCARD ALL").ReadAll(); wantCodeOf(err) != "25001" {
+		t.Fatalf("DISCARD ALL in a block: got %v, want 25001 as on the database", err)
+	}
+	_, _ = c.PgConn().Exec(ctx, "ROLLBACK").ReadAll()
+
+	resign()
+	if next, _ := e.lead(t, "discard"); next <= cur {
+		t.Fatalf("next term %d, want above %d", next, cur)
+	}
+	_, err = z.PgConn().Exec(ctx, "DISCARD ALL").ReadAll()
+	wantCode(t, err, "FG001")
+	// Nothing of the zombie's session was reset: reading it needs a
+	// transaction, which is fenced too, so ask the server's view.
+	if err := e.admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE application_name = 'dirty-zombie'").Scan(&locks); err != nil || locks != 1 {
+		t.Fatalf("the zombie's session after its refused DISCARD ALL: %d sessions named dirty (%v), want 1", locks, err)
+	}
+	if got := e.values(t, "discard"); fmt.Sprint(got) != "[leader]" {
+		t.Fatalf("got rows %q, want the leader's", got)
+	}
+}
+
 // TestTempTablesAndShow: temporary tables live as long as the session, as
 // in a direct one; SHOW fencegate.token and fencegate.fence answer what
 // the connection writes with, inside a transaction too; not beside

@@ -450,3 +450,115 @@ func TestDynamicAdvanceRefused(t *testing.T) {
 		t.Fatalf("victim's leader after the attacks: %v", err)
 	}
 }
+
+// TestTransactionSetup: BEGIN with an isolation level (pgx's BeginTx,
+// asyncpg's and psycopg's transactions), SET TRANSACTION and SET
+// TRANSACTION SNAPSHOT must come before the transaction's first query,
+// so the fence check goes after them, in front of the first statement
+// that is not one of them, in the same string or a later message. Every
+// transaction is still fenced, a zombie's refused, and an error's
+// position counts from the client's own SQL.
+func TestTransactionSetup(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "setup")
+	old, resign := e.lead(t, "setup")
+	resign()
+	cur, _ := e.lead(t, "setup")
+	c := e.connect(t, "setup", cur)
+	pc := c.PgConn()
+	ins := func(v string) string {
+		return "INSERT INTO setup (v) SELECT '" + v + ":' || current_setting('transaction_isolation') || ':' || " + fencedMark
+	}
+	for _, tc := range []struct {
+		name, iso string
+		run       func(v string) error
+	}{
+		{"BEGIN ISOLATION LEVEL, then a query", "serializable", func(v string) error {
+			for _, sql := range []string{"BEGIN ISOLATION LEVEL SERIALIZABLE", ins(v), "COMMIT"} {
+				if _, err := pc.Exec(ctx, sql).ReadAll(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"BEGIN, SET TRANSACTION, then a query", "repeatable read", func(v string) error {
+			for _, sql := range []string{"BEGIN", "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ", ins(v), "COMMIT"} {
+				if _, err := pc.Exec(ctx, sql).ReadAll(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"one string", "repeatable read", func(v string) error {
+			_, err := pc.Exec(ctx, "START TRANSACTION ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION READ WRITE; "+ins(v)+"; COMMIT").ReadAll()
+			return err
+		}},
+		{"pgx BeginTx", "serializable", func(v string) error {
+			tx, err := c.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.Serializable, DeferrableMode: pgx.NotDeferrable})
+			if err != nil {
+				return err
+			}
+			if _, err := tx.Exec(ctx, ins(v)+" WHERE $1::int = 1", 1); err != nil {
+				return err
+			}
+			return tx.Commit(ctx)
+		}},
+		{"extended protocol", "serializable", func(v string) error {
+			for _, sql := range []string{"BEGIN ISOLATION LEVEL SERIALIZABLE", ins(v), "COMMIT"} {
+				if _, err := pc.ExecParams(ctx, sql, nil, nil, nil, nil).Close(); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+	} {
+		v := strings.ReplaceAll(tc.name, " ", "-")
+		if err := tc.run(v); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		var got string
+		if err := e.admin.QueryRow(ctx, "SELECT v FROM setup WHERE v LIKE $1", v+":%").Scan(&got); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if want := v + ":" + tc.iso + ":setup"; got != want {
+			t.Fatalf("%s: stored %q, want %q (the isolation level, and fenced)", tc.name, got, want)
+		}
+	}
+
+	// An error's position is the client's.
+	_, err := pc.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT * FROM nosuchtable").ReadAll()
+	if pe := wantCode(t, err, "42P01"); pe.Position != int32(len("BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT * FROM ")+1) {
+		t.Fatalf("error position: got %d, want %d", pe.Position, len("BEGIN ISOLATION LEVEL SERIALIZABLE; SELECT * FROM ")+1)
+	}
+	_, _ = pc.Exec(ctx, "ROLLBACK").ReadAll()
+	// A setup statement that fails: the rest, the check with it, does not run.
+	_, err = pc.Exec(ctx, "BEGIN ISOLATION LEVEL REPEATABLE READ; SET TRANSACTION SNAPSHOT 'bogus'; "+ins("bogus")).ReadAll()
+	wantCode(t, err, "22023")
+	_, _ = pc.Exec(ctx, "ROLLBACK").ReadAll()
+
+	// The zombie: its BEGIN opens a block, its first statement is refused.
+	z := e.connect(t, "setup", old).PgConn()
+	if _, err := z.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	_, err = z.Exec(ctx, ins("zombie")).ReadAll()
+	wantCode(t, err, "FG001")
+	_, _ = z.Exec(ctx, "COMMIT").ReadAll()
+	_, err = z.Exec(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE; "+ins("zombie")+"; COMMIT").ReadAll()
+	wantCode(t, err, "FG001")
+	_, _ = z.Exec(ctx, "ROLLBACK").ReadAll()
+	_, err = z.ExecParams(ctx, "BEGIN ISOLATION LEVEL SERIALIZABLE", nil, nil, nil, nil).Close()
+	if err == nil {
+		_, err = z.ExecParams(ctx, ins("zombie"), nil, nil, nil, nil).Close()
+	}
+	wantCode(t, err, "FG001")
+	_, _ = z.Exec(ctx, "ROLLBACK").ReadAll()
+	if got := e.count(t, "setup"); got != 5 {
+		t.Fatalf("got %d rows (%q), want the leader's 5", got, e.values(t, "setup"))
+	}
+	// After the block, the session's next transaction is checked again.
+	if _, err := pc.Exec(ctx, ins("after")).ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+}

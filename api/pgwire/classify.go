@@ -22,6 +22,7 @@ const (
 	kindEmpty               // no statement at all
 	kindShow                // SHOW fencegate.token or fencegate.fence, the whole string
 	kindDiscardAll          // DISCARD ALL, the whole string
+	kindSetup               // BEGIN, START TRANSACTION or SET TRANSACTION, every statement of the string (setsUp)
 )
 
 // verdict is what fencegate learnt of one SQL string (a Query's, or a
@@ -33,6 +34,14 @@ type verdict struct {
 	token   string   // kindSetToken: the new token, as given; kindShow: the setting
 	dealloc bool     // DEALLOCATE or DISCARD: fencegate's statement may be gone
 	hasProc bool     // some statement is CALL or DO
+	// setup counts the statements the string starts with that set up a
+	// transaction (setsUp) when one of them must come before its first
+	// query (first: an isolation level, read-only or deferrable mode, a
+	// snapshot), and setupEnd is where the next one starts: the fence
+	// check goes after them. For kindSetup, first says whether any does.
+	setup    int
+	setupEnd int
+	first    bool
 	// executes names the prepared statements SQL EXECUTE runs: one made
 	// with the protocol's Parse may be COMMIT.
 	executes []string
@@ -121,8 +130,39 @@ func classify(sql string) *verdict {
 			vd.hasProc = true
 		}
 		vd.kind = kind
+		if vd.setup == i {
+			if up, first := setsUp(raw.Stmt); up {
+				vd.setup++
+				vd.first = vd.first || first
+			}
+		}
+	}
+	switch {
+	case vd.setup == n:
+		vd.kind = kindSetup
+	case vd.first:
+		vd.setupEnd = int(tree.Stmts[vd.setup].StmtLocation) // just past the ';'
+	default:
+		vd.setup = 0 // the check goes first, before a plain BEGIN
 	}
 	return vd
+}
+
+// setsUp: BEGIN or START TRANSACTION, or SET TRANSACTION; first when
+// it sets what PostgreSQL takes only before the transaction's first
+// query (BEGIN's options, any SET TRANSACTION).
+func setsUp(n *pg_query.Node) (up, first bool) {
+	switch x := n.Node.(type) {
+	case *pg_query.Node_TransactionStmt:
+		t := x.TransactionStmt
+		up = t.Kind == pg_query.TransactionStmtKind_TRANS_STMT_BEGIN || t.Kind == pg_query.TransactionStmtKind_TRANS_STMT_START
+		return up, up && len(t.Options) > 0
+	case *pg_query.Node_VariableSetStmt:
+		s := x.VariableSetStmt
+		up = s.Kind == pg_query.VariableSetKind_VAR_SET_MULTI && (s.Name == "TRANSACTION" || s.Name == "TRANSACTION SNAPSHOT")
+		return up, up
+	}
+	return false, false
 }
 
 func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {

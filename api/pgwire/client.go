@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -123,7 +124,10 @@ func (c *session) startSegment() error {
 	}
 	c.segStart = false
 	c.segStatus = status
-	c.needCheck = status == 'I'
+	if status == 'I' {
+		c.pendingCheck = false
+	}
+	c.needCheck = status == 'I' || status == 'T' && c.pendingCheck
 	c.idleStart = status == 'I'
 	return nil
 }
@@ -198,8 +202,16 @@ func (c *session) query(body, raw []byte) error {
 	if vd.dealloc {
 		c.needPrepare = true
 	}
-	if vd.kind == kindEmpty || !c.needCheck {
-		c.push(reply{msg: 'Q', chg: -1, text: vd.text})
+	if vd.kind == kindEmpty || vd.kind == kindSetup || !c.needCheck {
+		g := reply{msg: 'Q', chg: -1, text: vd.text}
+		if vd.kind == kindSetup && c.needCheck {
+			// BEGIN [ISOLATION LEVEL …], SET TRANSACTION …: the check
+			// goes in front of the transaction's first other
+			// statement, in a later Query if this one opens a block
+			// (a SET TRANSACTION may follow a plain BEGIN).
+			c.pendingCheck, g.deferred = true, true
+		}
+		c.push(g)
 		_, err := c.sw.Write(raw)
 		return err
 	}
@@ -214,11 +226,14 @@ func (c *session) query(body, raw []byte) error {
 		}
 		return c.refuseQuery(r, raw)
 	}
-	c.needCheck = false
+	c.needCheck, c.pendingCheck = false, false
 	// One Query: PostgreSQL runs a string of several statements as one
 	// transaction (a BEGIN in it makes that same transaction a block), so
-	// the check is the first statement of the client's transaction.
+	// the check is the first statement of the client's transaction, after
+	// those that set it up (BEGIN ISOLATION LEVEL …, SET TRANSACTION …).
 	b, sp := beginMsg(c.out[:0], 'Q')
+	b = append(b, sql[:vd.setupEnd]...)
+	start := len(b)
 	if c.checkSQL != advanceSQL {
 		b = append(c.term.AppendInline(b, c.fence, uint64(adm.Token())), ';')
 	} else {
@@ -228,8 +243,10 @@ func (c *session) query(body, raw []byte) error {
 		b = strconv.AppendUint(b, uint64(adm.Token()), 10)
 		b = append(b, "::pg_catalog.int8);"...)
 	}
-	prefix := len(b) - sp - 5
-	g := reply{msg: 'Q', prefix: prefix, adm: adm, chg: -1, text: vd.text}
+	g := reply{msg: 'Q', prefix: len(b) - start, adm: adm, chg: -1, text: vd.text}
+	if vd.setup > 0 {
+		g.setup, g.at = vd.setup, utf8.RuneCount(sql[:vd.setupEnd])
+	}
 	if vd.kind == kindDiscardAll && idle {
 		// PostgreSQL runs DISCARD ALL only outside a transaction, where
 		// no check can run; what it is made of runs inside one, fenced,
@@ -237,7 +254,7 @@ func (c *session) query(body, raw []byte) error {
 		b = append(b, discardAllSQL...)
 		g.synth = "DISCARD ALL"
 	} else {
-		b = append(b, sql...)
+		b = append(b, sql[vd.setupEnd:]...)
 	}
 	b = finishMsg(append(b, 0), sp)
 	c.out = b
@@ -401,11 +418,17 @@ func (c *session) extended(t byte, body, raw []byte) error {
 	// goes in front of the first Bind or Execute (Bind may plan, and so
 	// evaluate, the statement).
 	if c.needCheck && (t == 'B' || t == 'E') {
-		if err := c.check(); err != nil {
-			return err
-		}
-		if c.swallow {
-			return nil
+		if vd != nil && vd.kind == kindSetup && vd.first {
+			// As in query, for BEGIN with options and SET
+			// TRANSACTION (a plain BEGIN gets the check in front).
+			c.pendingCheck, g.deferred = true, true
+		} else {
+			if err := c.check(); err != nil {
+				return err
+			}
+			if c.swallow {
+				return nil
+			}
 		}
 	}
 	c.idleStart = false
@@ -572,7 +595,7 @@ func (c *session) check() error {
 		}
 		return c.refuseSegment(r)
 	}
-	c.needCheck = false
+	c.needCheck, c.pendingCheck = false, false
 	b := c.out[:0]
 	if c.needPrepare {
 		c.needPrepare = false

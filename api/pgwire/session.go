@@ -47,6 +47,14 @@ type reply struct {
 	// one failed (failed).
 	synth  string
 	failed bool
+	// setup, for a Query whose check follows the statements that set up
+	// its transaction, is how many of those are not yet answered; at is
+	// where the check begins in the client's SQL, in characters.
+	setup, at int
+	// deferred: the client's statement that set up a transaction whose
+	// check comes later (pendingCheck); its text goes into the
+	// transaction's audit fingerprint then.
+	deferred bool
 }
 
 // change is a statement or portal a client's Parse, Bind or Close makes
@@ -105,9 +113,12 @@ type session struct {
 	segStart    bool
 	segStatus   byte // the transaction status the segment started in
 	needCheck   bool // the next message starts a transaction not yet fenced
-	idleStart   bool // the segment started idle and nothing is sent yet
-	swallow     bool // drop client messages until Sync
-	localRFQ    bool // and answer that Sync with ReadyForQuery 'I' ourselves
+	// pendingCheck: a block is open that only BEGIN or SET TRANSACTION
+	// ran in, without the check, which its first statement gets.
+	pendingCheck bool
+	idleStart    bool // the segment started idle and nothing is sent yet
+	swallow      bool // drop client messages until Sync
+	localRFQ     bool // and answer that Sync with ReadyForQuery 'I' ourselves
 	// localVd, when set, is the extended-protocol SET fencegate.token or
 	// SHOW fencegate.* whose segment C2S answers itself (localSegment),
 	// the statement named localName: localBound says the unnamed portal
@@ -133,6 +144,9 @@ type session struct {
 	open  atomic.Pointer[proxy.Admission]
 	rows  int64
 	texts []string
+	// setupTexts are the deferred statements' texts, until the check
+	// of their transaction passes or the transaction ends.
+	setupTexts []string
 }
 
 // close closes both connections: the server first, so an open
@@ -502,6 +516,17 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 			if t == 'E' {
 				out = c.serr(g.why)
 			}
+		case g.setup > 0 && !g.passed:
+			// The statements that set up the transaction, before the
+			// check: theirs.
+			switch t {
+			case 'C':
+				g.setup--
+			case 'E':
+				// The rest of the string, the check with it, did not run.
+				c.notRun = append(c.notRun, g.adm)
+				g.adm, g.passed = nil, true
+			}
 		case g.prefix > 0 && !g.passed:
 			out = nil
 			switch t {
@@ -519,7 +544,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		default:
 			switch t {
 			case 'E':
-				if s := c.shiftPosition(body, g.prefix); s != nil {
+				if s := c.shiftPosition(body, g.at, g.prefix); s != nil {
 					out = s
 				}
 			case 'C':
@@ -570,12 +595,18 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		}
 	}
 	if complete {
-		if g.own == ownClient && c.s.gw != nil && g.text != "" && c.audited() {
-			c.texts = append(c.texts, g.text)
+		if g.own == ownClient && c.s.gw != nil && g.text != "" {
+			switch {
+			case g.deferred:
+				c.setupTexts = append(c.setupTexts, g.text)
+			case c.audited():
+				c.texts = append(c.texts, g.text)
+			}
 		}
 		if t == 'Z' {
 			c.status = body[0]
 			if c.status == 'I' {
+				c.setupTexts = c.setupTexts[:0]
 				if a := c.open.Swap(nil); a != nil {
 					ended = a
 				}
@@ -610,7 +641,10 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		if unended != nil {
 			unended.Done(nil, c.fingerprint(unended), c.rows)
 		}
-		c.rows, c.texts = 0, c.texts[:0]
+		// The transaction's statements so far: those that set it up
+		// before its check (pendingCheck).
+		c.rows, c.texts = 0, append(c.texts[:0], c.setupTexts...)
+		c.setupTexts = c.setupTexts[:0]
 	}
 	if closeNow {
 		_ = c.answer(out)
@@ -705,15 +739,16 @@ func refusalPgError(r *tokens.RefusalError) pgError {
 }
 
 // shiftPosition rewrites an ErrorResponse's position (P) to count from
-// the client's SQL rather than from the fence check in front of it; nil
-// when there is nothing to rewrite.
-func (c *session) shiftPosition(body []byte, prefix int) []byte {
+// the client's SQL rather than from the fence check inserted into it,
+// prefix characters at character at; nil when there is nothing to
+// rewrite.
+func (c *session) shiftPosition(body []byte, at, prefix int) []byte {
 	p, ok := errorField(body, 'P')
 	if !ok {
 		return nil
 	}
 	n, err := strconv.Atoi(p)
-	if err != nil || n <= prefix {
+	if err != nil || n <= at+prefix {
 		return nil
 	}
 	b, sp := beginMsg(c.sout[:0], 'E')

@@ -33,7 +33,7 @@ var pgDrivers = []pgDriver{
 	// Debian's python3, where python3-psycopg2 and python3-psycopg install.
 	{name: "psycopg2", argv: []string{"/usr/bin/python3", "testdata/psycopg2_worker.py"}, rows: 5},
 	{name: "psycopg", argv: []string{"/usr/bin/python3", "testdata/psycopg_worker.py"}, rows: 14},
-	{name: "asyncpg", argv: []string{"/usr/bin/python3", "testdata/asyncpg_worker.py"}, rows: 9},
+	{name: "asyncpg", argv: []string{"/usr/bin/python3", "testdata/asyncpg_worker.py"}, rows: 10},
 	// PgJDBC runs SET extra_float_digits at connect unless
 	// assumeMinServerVersion is 9.0 or later: a transaction like any other,
 	// fenced, so with the zombie's token the connection fails before it
@@ -65,9 +65,10 @@ func (d pgDriver) run(t *testing.T, port, fence string, token uint64, setToken, 
 // the listener: psycopg2 (libpq: simple queries, its own BEGIN before a
 // statement, COPY), psycopg 3 (extended protocol, prepared statements,
 // pipeline mode, savepoints, COPY), asyncpg (named statements, a pool
-// that runs RESET ALL at every release, savepoints, COPY), PgJDBC (extended protocol only:
-// named statements, batches, savepoints; and with a savepoint before
-// every statement) and node-postgres (unnamed and named statements, a
+// that runs RESET ALL at every release, savepoints, a serializable
+// transaction, COPY), PgJDBC (extended protocol only: named statements,
+// batches, savepoints; and with a savepoint before every statement) and
+// node-postgres (unnamed and named statements, a
 // transaction, a string of two statements). Each writes with the
 // leader's token; with the zombie's it is refused and stores nothing; a
 // connection opened with the zombie's token writes after SET

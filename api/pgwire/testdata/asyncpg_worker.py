@@ -1,6 +1,7 @@
 # A worker writing with asyncpg (extended protocol, a named prepared
 # statement for every statement it runs with arguments, a pool that runs
-# its reset, RESET ALL among it, at every release) through fencegate's
+# its reset, RESET ALL among it, at every release, transactions with an
+# isolation level) through fencegate's
 # PostgreSQL listener, as TestDrivers runs it:
 #   python3 asyncpg_worker.py <port> <fence> <token> <set-token|-> <table> <tag>
 # It connects with the fence and token as server settings, SETs
@@ -33,6 +34,8 @@ async def main():
                 await c.execute(ins, f"{tag}-tx")
                 async with c.transaction():  # a savepoint
                     await c.execute(ins, f"{tag}-sp")
+            async with c.transaction(isolation="serializable"):
+                await c.execute(ins, f"{tag}-serializable")
             await c.copy_records_to_table(table, columns=["v"], records=[(f"{tag}-copy",)])
         # Released: the pool ran its reset (RESET ALL among it); the token
         # is the connection's still.

@@ -34,7 +34,9 @@
 // SQLSTATE FG006. Version 3's once-per-transaction rule rested on a
 // setting, which a caller's RESET ALL, or set_config in dynamic SQL,
 // clears. The check itself is fencegate.advance_mark, which only
-// fencegate_owner may run.
+// fencegate_owner may run. In a read-only transaction, where PostgreSQL
+// locks no row, advance judges the token by the mark it reads and raises
+// none.
 //
 // Apply is idempotent and safe to run from several replicas at once: it holds
 // a PostgreSQL session advisory lock while it creates the schema and runs

@@ -503,3 +503,58 @@ func TestRuntimeRoleCannotMoveMarks(t *testing.T) {
 		t.Errorf("mark of other after the attacks: got %d, want 5", mark)
 	}
 }
+
+// TestAdvanceReadOnly: in a read-only transaction, where PostgreSQL locks
+// no row, advance judges the token by the mark it reads (from version
+// 7): a stale one is refused, one at or above the mark accepted, and no
+// mark is raised or created.
+func TestAdvanceReadOnly(t *testing.T) {
+	conn := connect(t, freshDB(t))
+	ctx := t.Context()
+	if err := migrations.Apply(ctx, conn); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "SELECT fencegate.advance('f', 9)"); err != nil {
+		t.Fatal(err)
+	}
+	readOnly := func(fence string, token int64) (int64, error) {
+		tx, err := conn.BeginTx(ctx, pgx.TxOptions{AccessMode: pgx.ReadOnly})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer tx.Rollback(ctx)
+		var hw int64
+		err = tx.QueryRow(ctx, "SELECT fencegate.advance($1, $2)", fence, token).Scan(&hw)
+		return hw, err
+	}
+	for _, tc := range []struct {
+		name  string
+		fence string
+		token int64
+		hw    int64
+		stale bool
+	}{
+		{"at the mark", "f", 9, 9, false},
+		{"above the mark", "f", 12, 9, false},
+		{"below the mark", "f", 8, 0, true},
+		{"a new fence", "g", 3, 0, false},
+	} {
+		hw, err := readOnly(tc.fence, tc.token)
+		var pgErr *pgconn.PgError
+		switch {
+		case tc.stale && (!errors.As(err, &pgErr) || pgErr.Code != migrations.StaleSQLState):
+			t.Errorf("%s: got %v, want SQLSTATE %s", tc.name, err, migrations.StaleSQLState)
+		case !tc.stale && err != nil:
+			t.Errorf("%s: got %v, want accepted", tc.name, err)
+		case !tc.stale && hw != tc.hw:
+			t.Errorf("%s: returned %d, want the mark %d", tc.name, hw, tc.hw)
+		}
+	}
+	var marks string
+	if err := conn.QueryRow(ctx, "SELECT string_agg(name || '=' || token, ',' ORDER BY name) FROM fencegate.fences").Scan(&marks); err != nil {
+		t.Fatal(err)
+	}
+	if marks != "f=9" {
+		t.Errorf("marks after the read-only checks: got %s, want f=9 (none raised or made)", marks)
+	}
+}

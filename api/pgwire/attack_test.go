@@ -616,3 +616,84 @@ func TestImportedSnapshot(t *testing.T) {
 		t.Fatalf("got rows %q, want only the first", got)
 	}
 }
+
+// TestReadOnlyTransactions: read-only transactions (BEGIN READ ONLY,
+// psycopg2's readonly sessions, default_transaction_read_only), where
+// PostgreSQL locks no row, are checked against the mark they read
+// (migration 007): the leader's reads, a new term's first reads (which
+// raise no mark), and a stale token refused by the database.
+func TestReadOnlyTransactions(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "ro")
+	mark := func() uint64 {
+		t.Helper()
+		var m uint64
+		if err := e.admin.QueryRow(ctx, "SELECT token FROM fencegate.fences WHERE name = 'ro'").Scan(&m); err != nil {
+			t.Fatal(err)
+		}
+		return m
+	}
+	// reads runs each read-only transaction with token, and returns the
+	// first error: two blocks, and a read in a session whose every
+	// transaction is read-only (default_transaction_read_only at
+	// connect: a SET of it would be a read-write transaction).
+	reads := func(token uint64) error {
+		c := e.connect(t, "ro", token)
+		for _, sql := range []string{
+			"BEGIN READ ONLY; SELECT count(*) FROM ro; COMMIT",
+			"BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY; SELECT count(*) FROM ro; COMMIT",
+		} {
+			for _, s := range strings.Split(sql, "; ") {
+				if _, err := c.PgConn().Exec(ctx, s).ReadAll(); err != nil {
+					_, _ = c.PgConn().Exec(ctx, "ROLLBACK").ReadAll()
+					return fmt.Errorf("%q: %w", sql, err)
+				}
+			}
+		}
+		ro, err := pgx.Connect(ctx, e.dsn("worker", "ro", token)+"&default_transaction_read_only=on")
+		if err != nil {
+			return err
+		}
+		defer ro.Close(ctx)
+		if _, err := ro.Exec(ctx, "SELECT count(*) FROM ro WHERE $1::int = 1", 1); err != nil {
+			return fmt.Errorf("default_transaction_read_only: %w", err)
+		}
+		return nil
+	}
+
+	old, resign := e.lead(t, "ro")
+	if _, err := e.connect(t, "ro", old).Exec(ctx, "INSERT INTO ro (v) VALUES ('old')"); err != nil {
+		t.Fatal(err)
+	}
+	if err := reads(old); err != nil {
+		t.Fatalf("the leader's reads: %v", err)
+	}
+	resign()
+	cur, _ := e.lead(t, "ro")
+	if err := reads(cur); err != nil {
+		t.Fatalf("the new leader's first reads: %v", err)
+	}
+	if got := mark(); got != old {
+		t.Fatalf("mark after the new term's reads: got %d, want %d (read-only transactions raise none)", got, old)
+	}
+	if _, err := e.connect(t, "ro", cur).Exec(ctx, "INSERT INTO ro (v) VALUES ('new')"); err != nil {
+		t.Fatal(err)
+	}
+	if got := mark(); got != cur {
+		t.Fatalf("mark after the new term's write: got %d, want %d", got, cur)
+	}
+	// A mark the listener has not seen (moved through another replica):
+	// the database refuses the read-only transaction.
+	if _, err := e.admin.Exec(ctx, "SELECT fencegate.advance('ro', $1)", int64(cur)+1000); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := e.admin.Exec(context.Background(), "SELECT fencegate.reset('ro', 0)"); err != nil {
+			t.Error(err)
+		}
+	})
+	if err := reads(cur); wantCodeOf(err) != "FG001" {
+		t.Fatalf("under a higher mark: got %v, want FG001", err)
+	}
+}

@@ -1,4 +1,5 @@
--- advance only as the first statement of its transaction.
+-- advance only as the first statement of its transaction, and in read-only
+-- transactions.
 --
 -- fencegate runs the fence check before a transaction's first statement,
 -- so any later call of advance is a statement of the caller's. Version 3
@@ -16,6 +17,11 @@
 -- with SQLSTATE FG006. The check itself moves, unchanged, to
 -- fencegate.advance_mark, which only fencegate_owner may run: advance and
 -- advance_term call it once they know they are first.
+--
+-- A read-only transaction (BEGIN READ ONLY, SET TRANSACTION READ ONLY,
+-- default_transaction_read_only) could not be checked at all: PostgreSQL
+-- refuses a locking read in one. It writes nothing, so it is now judged
+-- by the mark it reads, without a lock, and raises no mark.
 --
 -- advance_mark runs with the rights and the pinned search_path of its
 -- callers (both SECURITY DEFINER, owned by fencegate_owner); a SET clause
@@ -49,6 +55,24 @@ BEGIN
     -- An assignment, not PERFORM: PL/pgSQL evaluates it as a simple
     -- expression, without a query of its own.
     marked := pg_catalog.set_config('fencegate.fenced', fence_name, true);
+
+    -- A read-only transaction writes nothing for a newer term's writes to
+    -- be ordered after, and PostgreSQL locks no row in one: it is judged
+    -- by the mark it reads, which it cannot raise. It can become
+    -- read-write no more (PostgreSQL refuses that after its first query).
+    IF pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on' THEN
+        SELECT f.token INTO high_water FROM fencegate.fences AS f
+            WHERE f.name OPERATOR(pg_catalog.=) fence_name;
+        IF NOT FOUND OR high_water OPERATOR(pg_catalog.<=) fence_token THEN
+            RETURN COALESCE(high_water, 0);
+        END IF;
+        RAISE EXCEPTION USING
+            ERRCODE = 'FG001',
+            MESSAGE = pg_catalog.format('stale fencing token %s for fence %L: high-water mark is %s',
+                                        fence_token, fence_name, high_water),
+            DETAIL = pg_catalog.format('high_water=%s', high_water),
+            HINT = 'a later leader has written to this fence; this writer must step down';
+    END IF;
 
     -- The common case in one read: the leader writing again with the token
     -- that is the mark. The row is locked FOR SHARE only when the token
@@ -167,7 +191,11 @@ BEGIN
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
 
-    EXECUTE pg_catalog.format('SELECT t.term FROM %s AS t WHERE t.name OPERATOR(pg_catalog.=) $1 FOR SHARE', tbl)
+    -- Locked, but in a read-only transaction, which locks nothing (see
+    -- advance_mark).
+    EXECUTE pg_catalog.format('SELECT t.term FROM %s AS t WHERE t.name OPERATOR(pg_catalog.=) $1%s', tbl,
+                              CASE WHEN pg_catalog.current_setting('transaction_read_only') OPERATOR(pg_catalog.=) 'on'
+                                   THEN '' ELSE ' FOR SHARE' END)
         INTO term USING fence_name;
     IF term IS NULL OR fence_token OPERATOR(pg_catalog.>) term THEN
         RAISE EXCEPTION USING

@@ -268,6 +268,16 @@ func TestTermCheckOnlyFirst(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("fence %s: got a mark, want none", fence)
 	}
+	// In a read-only transaction, which locks nothing, the term row is
+	// read without a lock (migration 007), and no mark is made.
+	tx, err := conn.BeginTx(t.Context(), pgx.TxOptions{AccessMode: pgx.ReadOnly})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(t.Context(), call); err != nil {
+		t.Fatalf("advance_term in a read-only transaction: %v", err)
+	}
+	_ = tx.Rollback(t.Context())
 	// First in its transaction, the same call is the check.
 	if _, err := conn.Exec(t.Context(), call); err != nil {
 		t.Fatalf("advance_term first: %v", err)

@@ -461,9 +461,9 @@ func (c *session) extended(t byte, body, raw []byte) error {
 // and runs it in the next): fencegate holds the statement as its own
 // until the client parses another of its name or closes it, for the
 // server has an older one of that name, or none. Its Bind, Describe and
-// Execute are of that statement and the unnamed portal. A SET changes the token at the Sync,
-// as a SET in the segment's implicit transaction would at its commit.
-// Anything else is refused, and the token stays.
+// Execute are of that statement and the unnamed portal. A SET changes
+// the token at the Sync, as a SET in the segment's implicit transaction
+// would at its commit. Anything else is refused, and the token stays.
 func (c *session) localSegment(t byte, body []byte) error {
 	vd := c.localVd
 	why := vd.whyLocal()

@@ -18,7 +18,7 @@ const (
 	whyFunctionCall = "the fast-path function call interface is not fenced"
 	whySetTokenTx   = "SET fencegate.token only outside a transaction block, as a query of its own"
 	whySetTokenExt  = "SET fencegate.token in the extended protocol only alone between Syncs, outside a transaction block, with the unnamed portal"
-	whyShowExt      = "SHOW fencegate.token or fencegate.fence in the extended protocol only alone between Syncs, outside a transaction block, with the unnamed portal"
+	whyShowExt      = "SHOW fencegate.token or fencegate.fence in the extended protocol only alone between Syncs, with the unnamed portal"
 	whyChanges      = "more than 262144 Parse, Bind and Close messages without a Sync"
 )
 
@@ -129,7 +129,16 @@ func (c *session) startSegment() error {
 	}
 	c.needCheck = status == 'I' || status == 'T' && c.pendingCheck
 	c.idleStart = status == 'I'
+	c.fresh = true
 	return nil
+}
+
+// localHere says fencegate may answer vd, a SET fencegate.token or SHOW
+// fencegate.* of the extended protocol, itself from here (localSegment):
+// nothing of the segment is sent yet, and it is outside a transaction
+// block, or a SHOW in a block that has not failed.
+func (c *session) localHere(vd *verdict) bool {
+	return c.fresh && (c.segStatus == 'I' || vd.kind == kindShow && c.segStatus == 'T')
 }
 
 // statement is what the client's statement name refers to now: this
@@ -338,7 +347,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			why = whyProcExtended
 		case reservedName(string(name)):
 			why = whyName
-		case vd.local() && c.idleStart:
+		case vd.local() && c.localHere(vd):
 			// Answered by fencegate, nothing sent: localSegment. The
 			// statement is fencegate's until the next Parse or Close of
 			// its name: a Bind of it must not reach the server, which
@@ -359,7 +368,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		}
 		vd = c.lookup('P', 's', stmt)
 		if vd != nil && vd.local() {
-			if len(portal) == 0 && c.idleStart {
+			if len(portal) == 0 && c.localHere(vd) {
 				c.startLocal(vd, string(stmt))
 				return c.localSegment(t, body)
 			}
@@ -379,7 +388,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			return errors.New("pgwire: bad Describe message")
 		}
 		if vd := c.lookup('P', 's', name); vd != nil && vd.local() {
-			if c.idleStart {
+			if c.localHere(vd) {
 				c.startLocal(vd, string(name))
 				return c.localSegment(t, body)
 			}
@@ -431,7 +440,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			}
 		}
 	}
-	c.idleStart = false
+	c.idleStart, c.fresh = false, false
 	if ch != nil {
 		c.pushChange(g, *ch)
 	} else {
@@ -451,7 +460,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 	return nil
 }
 
-// localSegment answers the rest of a segment, at idle, of SET
+// localSegment answers the rest of a segment (localHere) of SET
 // fencegate.token or SHOW fencegate.token|fence as a prepared statement,
 // as the server would answer it (drivers that speak only the extended
 // protocol, such as PgJDBC, send every statement so): nothing goes to the
@@ -526,7 +535,7 @@ func (c *session) localSegment(t byte, body []byte) error {
 			c.token = vd.token
 		}
 		c.localVd, c.segStart = nil, true
-		return c.answer(appendReadyForQuery(c.local, 'I'))
+		return c.answer(appendReadyForQuery(c.local, c.segStatus))
 	default:
 		return c.endLocalSegment(c.refusalOf(why))
 	}
@@ -569,9 +578,17 @@ func (c *session) startLocal(vd *verdict, name string) {
 }
 
 // endLocalSegment refuses the rest of localSegment's segment with r,
-// after the answers so far; the Sync gets ReadyForQuery 'I'.
+// after the answers so far. Outside a block, the Sync gets ReadyForQuery
+// 'I'; in one, the server fails the transaction, as it fails on any error
+// (refuseSegment).
 func (c *session) endLocalSegment(r *tokens.RefusalError) error {
 	c.localVd = nil
+	if c.segStatus != 'I' {
+		if err := c.writeLocal(); err != nil {
+			return err
+		}
+		return c.refuseSegment(r)
+	}
 	c.swallow, c.localRFQ = true, true
 	return c.answer(refusalError(c.local, r))
 }

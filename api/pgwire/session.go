@@ -117,6 +117,7 @@ type session struct {
 	// ran in, without the check, which its first statement gets.
 	pendingCheck bool
 	idleStart    bool // the segment started idle and nothing is sent yet
+	fresh        bool // nothing of the segment is sent yet
 	swallow      bool // drop client messages until Sync
 	localRFQ     bool // and answer that Sync with ReadyForQuery 'I' ourselves
 	// localVd, when set, is the extended-protocol SET fencegate.token or

@@ -655,6 +655,27 @@ func TestExtendedSetAndShow(t *testing.T) {
 		t.Fatalf("after the Close: the token is %s, want %d", got, cur)
 	}
 
+	// In a block (asyncpg's and pgx's transactions), SHOW too; the
+	// block goes on.
+	if _, err := pc.Exec(ctx, "BEGIN").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if got := show("fencegate.token"); got != fmt.Sprint(cur) {
+		t.Fatalf("SHOW in a block: got %q, want %d", got, cur)
+	}
+	if got := showNamed(); got != fmt.Sprint(cur) {
+		t.Fatalf("named SHOW in a block: got %q, want %d", got, cur)
+	}
+	if err := insert("in a block, after SHOW"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pc.Exec(ctx, "COMMIT").ReadAll(); err != nil {
+		t.Fatal(err)
+	}
+	if got := e.countLike(t, "extset", "in a block, after SHOW"); got != 1 {
+		t.Fatalf("the block's row: got %d stored, want 1", got)
+	}
+
 	batch := func(sqls ...string) func() error {
 		return func() error {
 			b := &pgconn.Batch{}
@@ -692,7 +713,19 @@ func TestExtendedSetAndShow(t *testing.T) {
 		{"before a statement", "FG006", batch("SET fencegate.token = 1", "INSERT INTO extset (v) VALUES ('batch')")},
 		{"SHOW before a statement", "FG006", batch("SHOW fencegate.token", "INSERT INTO extset (v) VALUES ('batch')")},
 		{"in a block", "FG006", inBlock("SET fencegate.token = 1")},
-		{"SHOW in a block", "FG006", inBlock("SHOW fencegate.token")},
+		{"SHOW with a parameter in a block", "FG006", func() error {
+			if _, err := pc.Exec(ctx, "BEGIN").ReadAll(); err != nil {
+				return err
+			}
+			_, err := pc.ExecParams(ctx, "SHOW fencegate.token", [][]byte{[]byte("1")}, nil, nil, nil).Close()
+			// The block failed, as on any error: the INSERT is not run,
+			// and COMMIT rolls back.
+			if code := wantCodeOf(insert("in block")); code != "25P02" {
+				t.Errorf("INSERT after the refused SHOW in a block: got SQLSTATE %q, want 25P02", code)
+			}
+			_, _ = pc.Exec(ctx, "COMMIT").ReadAll()
+			return err
+		}},
 		{"with a parameter", "FG006", func() error {
 			_, err := pc.ExecParams(ctx, "SET fencegate.token = 1", [][]byte{[]byte("1")}, nil, nil, nil).Close()
 			return err

@@ -31,6 +31,10 @@ async def main():
                 await c.execute(ins, f"{tag}-{i}")
             await c.executemany(ins, [(f"{tag}-m{i}",) for i in range(2)])
             async with c.transaction():
+                # Prepared and named, in a block.
+                want = set_token if set_token != "-" else token
+                if await c.fetchval("SHOW fencegate.token") != want:
+                    raise RuntimeError("SHOW fencegate.token in a transaction is not the token")
                 await c.execute(ins, f"{tag}-tx")
                 async with c.transaction():  # a savepoint
                     await c.execute(ins, f"{tag}-sp")

@@ -14,9 +14,9 @@
 -- statement has none yet, and a check that passed has one: it locked or
 -- wrote the fence row (advance_term also the term row). So from here
 -- advance and advance_term refuse to run in a transaction that has an id,
--- with SQLSTATE FG006. The check itself moves, unchanged, to
--- fencegate.advance_mark, which only fencegate_owner may run: advance and
--- advance_term call it once they know they are first.
+-- with SQLSTATE FG006. The check itself moves to fencegate.advance_mark
+-- (006's, with the read-only path below), which only fencegate_owner may
+-- run: advance and advance_term call it once they know they are first.
 --
 -- A read-only transaction (BEGIN READ ONLY, SET TRANSACTION READ ONLY,
 -- default_transaction_read_only) could not be checked at all: PostgreSQL

@@ -697,3 +697,31 @@ func TestReadOnlyTransactions(t *testing.T) {
 		t.Fatalf("under a higher mark: got %v, want FG001", err)
 	}
 }
+
+// TestLocalNameShadowsNoStatement: fencegate answers SET fencegate.token
+// and SHOW fencegate.* itself as named statements, but not under the
+// name of a statement the server holds: fencegate would then judge SQL
+// EXECUTE of that name by its own statement, while the server runs its
+// own. Here the server's is COMMIT, whose EXECUTE would end the fenced
+// transaction and run the rest of the string unchecked.
+func TestLocalNameShadowsNoStatement(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "shadow")
+	tok, _ := e.lead(t, "shadow")
+	pc := e.connect(t, "shadow", tok).PgConn()
+	if _, err := pc.Prepare(ctx, "s1", "COMMIT", nil); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pc.Prepare(ctx, "s1", "SHOW fencegate.token", nil)
+	wantCode(t, err, "FG006")
+	_, err = pc.Exec(ctx, "INSERT INTO shadow (v) VALUES ('in'); EXECUTE s1; INSERT INTO shadow (v) SELECT 'after:' || "+fencedMark).ReadAll()
+	wantCode(t, err, "FG006")
+	if got := e.values(t, "shadow"); len(got) != 0 {
+		t.Fatalf("got rows %q, want none", got)
+	}
+	// A name the server does not hold is fencegate's to answer.
+	if _, err := pc.Prepare(ctx, "s2", "SHOW fencegate.token", nil); err != nil {
+		t.Fatal(err)
+	}
+}

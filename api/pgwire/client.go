@@ -20,6 +20,7 @@ const (
 	whySetTokenExt  = "SET fencegate.token in the extended protocol only alone between Syncs, outside a transaction block, with the unnamed portal"
 	whyShowExt      = "SHOW fencegate.token or fencegate.fence in the extended protocol only alone between Syncs, with the unnamed portal"
 	whyChanges      = "more than 262144 Parse, Bind and Close messages without a Sync"
+	whyLocalName    = "SET fencegate.token and SHOW fencegate.* take no name of a prepared statement the database holds; close it first"
 )
 
 // maxChanges bounds the statements and portals one segment (the messages
@@ -139,6 +140,13 @@ func (c *session) startSegment() error {
 // block, or a SHOW in a block that has not failed.
 func (c *session) localHere(vd *verdict) bool {
 	return c.fresh && (c.segStatus == 'I' || vd.kind == kindShow && c.segStatus == 'T')
+}
+
+// serverHolds says the server holds a prepared statement the client
+// made with Parse under name (fencegate's own answered ones aside).
+func (c *session) serverHolds(name []byte) bool {
+	vd := c.lookup('P', 's', name)
+	return vd != nil && !vd.local()
 }
 
 // statement is what the client's statement name refers to now: this
@@ -347,11 +355,15 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			why = whyProcExtended
 		case reservedName(string(name)):
 			why = whyName
+		case vd.local() && len(name) != 0 && c.serverHolds(name):
+			// fencegate would judge SQL EXECUTE of the name by its own
+			// statement while the server ran its own (a COMMIT, say).
+			why = whyLocalName
 		case vd.local() && c.localHere(vd):
 			// Answered by fencegate, nothing sent: localSegment. The
 			// statement is fencegate's until the next Parse or Close of
 			// its name: a Bind of it must not reach the server, which
-			// has an older one of that name or none.
+			// has an older one of that name (the unnamed) or none.
 			c.stmts[string(name)] = vd
 			c.startLocal(vd, string(name))
 			c.local = appendParseComplete(c.local)

@@ -82,7 +82,10 @@ func (a *Admission) Token() tokens.Token { return a.t }
 
 // Audited reports whether Done's fingerprint is written anywhere (an
 // audit log is configured), so a front computes it only then.
-func (a *Admission) Audited() bool { return a.g.audit != nil }
+func (a *Admission) Audited() bool { return a.g.Audited() }
+
+// Audited reports whether an audit log is configured.
+func (g *Gateway) Audited() bool { return g.audit != nil }
 
 // Role is the PostgreSQL role the policy runs the transaction's statements
 // as, or "" for the session's own.

@@ -725,3 +725,43 @@ func TestLocalNameShadowsNoStatement(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDeferralsBounded: a block may run only so many statements that set
+// it up before its check; past that they get the check in front, as any
+// statement (here, PostgreSQL then refuses the late SET TRANSACTION), so
+// a client repeating them holds nothing of fencegate's without end.
+func TestDeferralsBounded(t *testing.T) {
+	ctx := context.Background()
+	e := newEnv(t, pgwire.Config{})
+	tok, _ := e.lead(t, "deferrals")
+	for _, extended := range []bool{false, true} {
+		pc := e.connect(t, "deferrals", tok).PgConn()
+		run := func(sql string) error {
+			if extended {
+				_, err := pc.ExecParams(ctx, sql, nil, nil, nil, nil).Close()
+				return err
+			}
+			_, err := pc.Exec(ctx, sql).ReadAll()
+			return err
+		}
+		if err := run("BEGIN ISOLATION LEVEL SERIALIZABLE"); err != nil {
+			t.Fatal(err)
+		}
+		for i := 1; i < pgwire.MaxDeferrals; i++ {
+			if err := run("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"); err != nil {
+				t.Fatalf("extended %v: SET TRANSACTION %d: %v", extended, i, err)
+			}
+		}
+		// Another level: PostgreSQL refuses a change after a query.
+		err := run("SET TRANSACTION ISOLATION LEVEL SERIALIZABLE")
+		if code := wantCodeOf(err); code != "25001" {
+			t.Fatalf("extended %v: SET TRANSACTION past the bound: got %v, want 25001 (the check ran first)", extended, err)
+		}
+		if _, err := pc.Exec(ctx, "ROLLBACK").ReadAll(); err != nil {
+			t.Fatal(err)
+		}
+		if err := run("SELECT 1"); err != nil {
+			t.Fatalf("after the block: %v", err)
+		}
+	}
+}

@@ -139,7 +139,7 @@ func classify(sql string) *verdict {
 	}
 	switch {
 	case vd.setup == n:
-		vd.kind = kindSetup
+		vd.kind, vd.setup = kindSetup, 0 // nothing after them to check in front of
 	case vd.first:
 		vd.setupEnd = int(tree.Stmts[vd.setup].StmtLocation) // just past the ';'
 	default:

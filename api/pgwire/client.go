@@ -126,12 +126,34 @@ func (c *session) startSegment() error {
 	c.segStart = false
 	c.segStatus = status
 	if status == 'I' {
-		c.pendingCheck = false
+		c.pendingCheck, c.deferrals = false, 0
 	}
 	c.needCheck = status == 'I' || status == 'T' && c.pendingCheck
 	c.idleStart = status == 'I'
 	c.fresh = true
 	return nil
+}
+
+// maxDeferrals bounds the statements that set up one transaction and
+// run before its check (pendingCheck); past it they get the check in
+// front, as any statement, and fencegate holds nothing more for them.
+const maxDeferrals = 16
+
+// deferCheck records a statement that sets up the transaction run without
+// the check, and says whether one more may.
+func (c *session) deferCheck() bool {
+	if c.deferrals >= maxDeferrals {
+		return false
+	}
+	c.deferrals++
+	c.pendingCheck = true
+	return true
+}
+
+// checked records that the check is sent in front of the transaction's
+// next statement.
+func (c *session) checked() {
+	c.needCheck, c.pendingCheck, c.deferrals = false, false, 0
 }
 
 // localHere says fencegate may answer vd, a SET fencegate.token or SHOW
@@ -219,16 +241,13 @@ func (c *session) query(body, raw []byte) error {
 	if vd.dealloc {
 		c.needPrepare = true
 	}
-	if vd.kind == kindEmpty || vd.kind == kindSetup || !c.needCheck {
-		g := reply{msg: 'Q', chg: -1, text: vd.text}
-		if vd.kind == kindSetup && c.needCheck {
-			// BEGIN [ISOLATION LEVEL …], SET TRANSACTION …: the check
-			// goes in front of the transaction's first other
-			// statement, in a later Query if this one opens a block
-			// (a SET TRANSACTION may follow a plain BEGIN).
-			c.pendingCheck, g.deferred = true, true
-		}
-		c.push(g)
+	// BEGIN [ISOLATION LEVEL …], SET TRANSACTION …: the check goes in
+	// front of the transaction's first other statement, in a later
+	// Query if this one opens a block (a SET TRANSACTION may follow a
+	// plain BEGIN).
+	deferred := vd.kind == kindSetup && c.needCheck && c.deferCheck()
+	if vd.kind == kindEmpty || deferred || !c.needCheck {
+		c.push(reply{msg: 'Q', chg: -1, text: vd.text, deferred: deferred})
 		_, err := c.sw.Write(raw)
 		return err
 	}
@@ -243,7 +262,7 @@ func (c *session) query(body, raw []byte) error {
 		}
 		return c.refuseQuery(r, raw)
 	}
-	c.needCheck, c.pendingCheck = false, false
+	c.checked()
 	// One Query: PostgreSQL runs a string of several statements as one
 	// transaction (a BEGIN in it makes that same transaction a block), so
 	// the check is the first statement of the client's transaction, after
@@ -439,17 +458,13 @@ func (c *session) extended(t byte, body, raw []byte) error {
 	// goes in front of the first Bind or Execute (Bind may plan, and so
 	// evaluate, the statement).
 	if c.needCheck && (t == 'B' || t == 'E') {
-		if vd != nil && vd.kind == kindSetup && vd.first {
-			// As in query, for BEGIN with options and SET
-			// TRANSACTION (a plain BEGIN gets the check in front).
-			c.pendingCheck, g.deferred = true, true
-		} else {
-			if err := c.check(); err != nil {
-				return err
-			}
-			if c.swallow {
-				return nil
-			}
+		// As in query, for BEGIN with options and SET TRANSACTION (a
+		// plain BEGIN gets the check in front); counted at the Execute.
+		setup := vd != nil && vd.kind == kindSetup && vd.first
+		if setup && (t == 'B' && c.deferrals < maxDeferrals || t == 'E' && c.deferCheck()) {
+			g.deferred = true
+		} else if err := c.check(); err != nil || c.swallow {
+			return err
 		}
 	}
 	c.idleStart, c.fresh = false, false
@@ -624,7 +639,7 @@ func (c *session) check() error {
 		}
 		return c.refuseSegment(r)
 	}
-	c.needCheck, c.pendingCheck = false, false
+	c.checked()
 	b := c.out[:0]
 	if c.needPrepare {
 		c.needPrepare = false

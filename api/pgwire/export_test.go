@@ -10,3 +10,7 @@ const MaxOutstanding = maxOutstanding
 // SetTestHookEnding sets a function endTransaction calls after it decided
 // to end a transaction, before it closes the server connection.
 func (s *Server) SetTestHookEnding(f func()) { s.testHookEnding = f }
+
+// MaxDeferrals bounds the statements that set up a transaction before its
+// check.
+const MaxDeferrals = maxDeferrals

@@ -114,8 +114,10 @@ type session struct {
 	segStatus   byte // the transaction status the segment started in
 	needCheck   bool // the next message starts a transaction not yet fenced
 	// pendingCheck: a block is open that only BEGIN or SET TRANSACTION
-	// ran in, without the check, which its first statement gets.
+	// ran in, without the check, which its first statement gets;
+	// deferrals counts those statements, at most maxDeferrals.
 	pendingCheck bool
+	deferrals    int
 	idleStart    bool // the segment started idle and nothing is sent yet
 	fresh        bool // nothing of the segment is sent yet
 	swallow      bool // drop client messages until Sync
@@ -599,7 +601,9 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		if g.own == ownClient && c.s.gw != nil && g.text != "" {
 			switch {
 			case g.deferred:
-				c.setupTexts = append(c.setupTexts, g.text)
+				if c.s.gw.Audited() {
+					c.setupTexts = append(c.setupTexts, g.text)
+				}
 			case c.audited():
 				c.texts = append(c.texts, g.text)
 			}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"sync"
+	"unicode/utf8"
 
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/pganalyze/pg_query_go/v6/parser"
@@ -38,9 +39,11 @@ type verdict struct {
 	// transaction (setsUp) when one of them must come before its first
 	// query (first: an isolation level, read-only or deferrable mode, a
 	// snapshot), and setupEnd is where the next one starts: the fence
-	// check goes after them. For kindSetup, first says whether any does.
+	// check goes after them, at character setupAt. For kindSetup, first
+	// says whether any does.
 	setup    int
 	setupEnd int
+	setupAt  int
 	first    bool
 	// executes names the prepared statements SQL EXECUTE runs: one made
 	// with the protocol's Parse may be COMMIT.
@@ -142,6 +145,7 @@ func classify(sql string) *verdict {
 		vd.kind, vd.setup = kindSetup, 0 // nothing after them to check in front of
 	case vd.first:
 		vd.setupEnd = int(tree.Stmts[vd.setup].StmtLocation) // just past the ';'
+		vd.setupAt = utf8.RuneCountInString(sql[:vd.setupEnd])
 	default:
 		vd.setup = 0 // the check goes first, before a plain BEGIN
 	}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -129,10 +128,13 @@ func (c *session) startSegment() error {
 		c.pendingCheck, c.deferrals = false, 0
 	}
 	c.needCheck = status == 'I' || status == 'T' && c.pendingCheck
-	c.idleStart = status == 'I'
 	c.fresh = true
 	return nil
 }
+
+// idleStart says the segment started outside a transaction and nothing
+// of it is sent yet.
+func (c *session) idleStart() bool { return c.fresh && c.segStatus == 'I' }
 
 // maxDeferrals bounds the statements that set up one transaction and
 // run before its check (pendingCheck); past it they get the check in
@@ -208,7 +210,7 @@ func (c *session) query(body, raw []byte) error {
 	if c.swallow {
 		return nil // the server would skip it too
 	}
-	idle := atStart && c.idleStart
+	idle := atStart && c.idleStart()
 	vd := c.s.stmts.get(sql)
 	why := vd.refuse
 	if why == "" && vd.kind == kindSetToken && !idle {
@@ -281,7 +283,7 @@ func (c *session) query(body, raw []byte) error {
 	}
 	g := reply{msg: 'Q', prefix: len(b) - start, adm: adm, chg: -1, text: vd.text}
 	if vd.setup > 0 {
-		g.setup, g.at = vd.setup, utf8.RuneCount(sql[:vd.setupEnd])
+		g.setup, g.at = vd.setup, vd.setupAt
 	}
 	if vd.kind == kindDiscardAll && idle {
 		// PostgreSQL runs DISCARD ALL only outside a transaction, where
@@ -467,7 +469,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			return err
 		}
 	}
-	c.idleStart, c.fresh = false, false
+	c.fresh = false
 	if ch != nil {
 		c.pushChange(g, *ch)
 	} else {
@@ -666,7 +668,7 @@ func (c *session) check() error {
 // place, so the server fails the transaction and skips to Sync.
 func (c *session) refuseSegment(r *tokens.RefusalError) error {
 	c.swallow = true
-	if c.idleStart {
+	if c.idleStart() {
 		c.localRFQ = true
 		return c.answer(c.cerr(r))
 	}

@@ -157,12 +157,22 @@ func TestLocalSegmentBounded(t *testing.T) {
 		t.Fatalf("got answers %q...%q, want ParseComplete, ParameterDescription and NoData per Describe, then ReadyForQuery", types[:3], types[len(types)-2:])
 	}
 	// Nothing was executed: the token stays, and the session answers.
+	if got, want := showToken(t, conn, r), strconv.FormatUint(tok, 10); got != want {
+		t.Fatalf("SHOW fencegate.token: got %q, want %q", got, want)
+	}
+}
+
+// showToken sends SHOW fencegate.token as a simple Query on a hijacked
+// connection and returns its value, read up to ReadyForQuery.
+func showToken(t *testing.T, conn net.Conn, r *bufio.Reader) string {
+	t.Helper()
 	show := []byte("Q\x00\x00\x00\x00SHOW fencegate.token\x00")
 	binary.BigEndian.PutUint32(show[1:], uint32(len(show)-1))
 	if _, err := conn.Write(show); err != nil {
 		t.Fatal(err)
 	}
 	var hdr [5]byte
+	var value string
 	for {
 		if _, err := io.ReadFull(r, hdr[:]); err != nil {
 			t.Fatal(err)
@@ -171,13 +181,11 @@ func TestLocalSegmentBounded(t *testing.T) {
 		if _, err := io.ReadFull(r, body); err != nil {
 			t.Fatal(err)
 		}
-		if hdr[0] == 'D' {
-			if got, want := string(body[6:]), strconv.FormatUint(tok, 10); got != want {
-				t.Fatalf("SHOW fencegate.token: got %q, want %q", got, want)
-			}
-		}
-		if hdr[0] == 'Z' {
-			break
+		switch hdr[0] {
+		case 'D':
+			value = string(body[6:]) // one column: its length, then the value
+		case 'Z':
+			return value
 		}
 	}
 }
@@ -214,25 +222,7 @@ func TestQueryInsideLocalSegment(t *testing.T) {
 	if got := e.values(t, "localq"); len(got) != 1 || got[0] != "q:localq" {
 		t.Fatalf("got rows %q, want the Query's, written after the fence check (q:localq)", got)
 	}
-	if _, err := conn.Write(msg('Q', "SHOW fencegate.token\x00")); err != nil {
-		t.Fatal(err)
-	}
-	var hdr [5]byte
-	for {
-		if _, err := io.ReadFull(r, hdr[:]); err != nil {
-			t.Fatal(err)
-		}
-		body := make([]byte, binary.BigEndian.Uint32(hdr[1:])-4)
-		if _, err := io.ReadFull(r, body); err != nil {
-			t.Fatal(err)
-		}
-		if hdr[0] == 'D' {
-			if got, want := string(body[6:]), strconv.FormatUint(tok, 10); got != want {
-				t.Fatalf("SHOW fencegate.token: got %q, want %q (the unsynced SET changed it)", got, want)
-			}
-		}
-		if hdr[0] == 'Z' {
-			break
-		}
+	if got, want := showToken(t, conn, r), strconv.FormatUint(tok, 10); got != want {
+		t.Fatalf("SHOW fencegate.token: got %q, want %q (the unsynced SET changed it)", got, want)
 	}
 }

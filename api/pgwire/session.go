@@ -118,7 +118,6 @@ type session struct {
 	// deferrals counts those statements, at most maxDeferrals.
 	pendingCheck bool
 	deferrals    int
-	idleStart    bool // the segment started idle and nothing is sent yet
 	fresh        bool // nothing of the segment is sent yet
 	swallow      bool // drop client messages until Sync
 	localRFQ     bool // and answer that Sync with ReadyForQuery 'I' ourselves

@@ -10,7 +10,14 @@ import (
 func TestKindOfAllocs(t *testing.T) {
 	for _, name := range []string{"set", "SET", "hgetall", "Ping", "unwatch", "zrangebyscore", "zadd", "zpopmin"} {
 		args := []string{name, "k", "xx", "incr", "withscores"}
-		if n := testing.AllocsPerRun(100, func() { _ = kindOf(name); _ = shapeOf(args) }); n != 0 {
+		// AllocsPerRun counts the whole process's allocations, so a
+		// goroutine left running by another test adds to a run (CI once
+		// saw 5 for zpopmin); the fewest of a few runs is the function's.
+		n := testing.AllocsPerRun(100, func() { _ = kindOf(name); _ = shapeOf(args) })
+		for i := 0; i < 4 && n != 0; i++ {
+			n = min(n, testing.AllocsPerRun(100, func() { _ = kindOf(name); _ = shapeOf(args) }))
+		}
+		if n != 0 {
 			t.Errorf("kindOf(%q): got %v allocations, want 0", name, n)
 		}
 	}

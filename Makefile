@@ -73,13 +73,13 @@ help: ## List the targets.
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z_-]+:.*## / {printf "  %-16s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
 # The Node example's npm packages (etcd3), and the Node clients the
-# listeners' tests drive (node-postgres, ioredis, node-redis), installed
+# listeners' tests drive (node-postgres, postgres.js, ioredis, node-redis), installed
 # from their lock files by `make deps`; npm ci writes the stamp file last.
 EXAMPLES_NODE_MODULES := examples/node/node_modules/.package-lock.json
 TEST_NODE_MODULES := api/testdata/node/node_modules/.package-lock.json
 
 .PHONY: deps
-deps: $(GRPCURL) $(KUSTOMIZE) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, psycopg2, psycopg, asyncpg, PgJDBC, prometheus and promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl and kustomize into bin/tools; npm ci the Node example and the tests' Node clients.
+deps: $(GRPCURL) $(KUSTOMIZE) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, psycopg2, psycopg, asyncpg, SQLAlchemy, Django, PgJDBC, prometheus and promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl and kustomize into bin/tools; npm ci the Node example and the tests' Node clients.
 	@.ci/deps.sh
 	@[[ $(EXAMPLES_NODE_MODULES) -nt examples/node/package-lock.json ]] || \
 		{ echo "deps: npm ci --prefix examples/node"; npm ci --prefix examples/node --no-audit --no-fund --loglevel=error; }

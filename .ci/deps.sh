@@ -35,11 +35,14 @@ have_nutcracker || missing+=(nutcracker)
 have_redispy() { /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; }
 have_redispy || missing+=(python3-redis)
 # The PostgreSQL drivers the listener's tests drive (api/pgwire,
-# TestDrivers): psycopg2, psycopg 3 and asyncpg for Debian's python3, and
-# PgJDBC (run under the system's java, as ZooKeeper below).
+# TestDrivers): psycopg2, psycopg 3, asyncpg and the ORMs SQLAlchemy and
+# Django for Debian's python3, and PgJDBC (run under the system's java, as
+# ZooKeeper below).
 /usr/bin/python3 -c 'import psycopg2' >/dev/null 2>&1 || missing+=(python3-psycopg2)
 /usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1 || missing+=(python3-psycopg)
 /usr/bin/python3 -c 'import asyncpg' >/dev/null 2>&1 || missing+=(python3-asyncpg)
+/usr/bin/python3 -c 'import sqlalchemy' >/dev/null 2>&1 || missing+=(python3-sqlalchemy)
+/usr/bin/python3 -c 'import django' >/dev/null 2>&1 || missing+=(python3-django)
 [[ -f /usr/share/java/postgresql.jar ]] || missing+=(libpostgresql-jdbc-java)
 
 # ZooKeeper (its server jar, run under the system's java by

@@ -46,6 +46,16 @@ var pgDrivers = []pgDriver{
 	{name: "pgjdbc autosave", argv: []string{"java", "-cp", pgJDBC, "testdata/PgJDBCWorker.java"}, rows: 10,
 		opts: []string{"autosave=always"}, setOpts: []string{"autosave=always", "assumeMinServerVersion=9.4"}},
 	{name: "node-postgres", argv: []string{"node", "../testdata/node/pg.mjs"}, rows: 7},
+	// postgres.js reads the array types with its first query on a
+	// connection, fenced like any other.
+	{name: "postgres.js", argv: []string{"node", "../testdata/node/postgresjs.mjs"}, rows: 10,
+		setOpts: []string{"fetch_types=false"}},
+	// ORMs over psycopg2 (Debian's python3-sqlalchemy and python3-django).
+	{name: "sqlalchemy", argv: []string{"/usr/bin/python3", "testdata/sqlalchemy_worker.py"}, rows: 7},
+	// Django SETs TIME ZONE at connect, before its connection_created
+	// signal, where the worker SETs its token.
+	{name: "django", argv: []string{"/usr/bin/python3", "testdata/django_worker.py"}, rows: 5,
+		setOpts: []string{"tz=none"}},
 }
 
 // run runs the driver's worker and returns what it printed.
@@ -67,9 +77,12 @@ func (d pgDriver) run(t *testing.T, port, fence string, token uint64, setToken, 
 // pipeline mode, savepoints, COPY), asyncpg (named statements, a pool
 // that runs RESET ALL at every release, savepoints, a serializable
 // transaction, COPY), PgJDBC (extended protocol only: named statements,
-// batches, savepoints; and with a savepoint before every statement) and
-// node-postgres (unnamed and named statements, a
-// transaction, a string of two statements). Each writes with the
+// batches, savepoints; and with a savepoint before every statement),
+// node-postgres (unnamed and named statements, a transaction, a string of
+// two statements), postgres.js (named statements pipelined on one
+// connection, savepoints, COPY), and the ORMs SQLAlchemy (sessions and
+// flushes, a pool with pre-ping) and Django (atomic blocks, savepoints,
+// select_for_update). Each writes with the
 // leader's token; with the zombie's it is refused and stores nothing; a
 // connection opened with the zombie's token writes after SET
 // fencegate.token to the leader's.
@@ -82,8 +95,10 @@ func TestDrivers(t *testing.T) {
 	if _, err := os.Stat(pgJDBC); err != nil {
 		t.Fatalf("PgJDBC: %v: run make deps (Debian's libpostgresql-jdbc-java)", err)
 	}
-	if _, err := os.Stat("../testdata/node/node_modules/pg"); err != nil {
-		t.Fatalf("node-postgres: %v: run make deps (npm ci --prefix api/testdata/node)", err)
+	for _, pkg := range []string{"pg", "postgres"} {
+		if _, err := os.Stat("../testdata/node/node_modules/" + pkg); err != nil {
+			t.Fatalf("npm package %s: %v: run make deps (npm ci --prefix api/testdata/node)", pkg, err)
+		}
 	}
 	for i, d := range pgDrivers {
 		t.Run(d.name, func(t *testing.T) {

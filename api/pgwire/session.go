@@ -143,9 +143,11 @@ type session struct {
 	sout []byte
 	// open is the fenced transaction in progress: stored under qmu (by
 	// S2C, and done), read without it by Server.sweep.
-	open  atomic.Pointer[proxy.Admission]
-	rows  int64
-	texts []string
+	open atomic.Pointer[proxy.Admission]
+	rows int64
+	// digest fingerprints the open transaction's statements for the
+	// audit log as they complete, in constant memory.
+	digest audit.Digest
 	// setupTexts are the deferred statements' texts, until the check
 	// of their transaction passes or the transaction ends.
 	setupTexts []string
@@ -604,7 +606,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 					c.setupTexts = append(c.setupTexts, g.text)
 				}
 			case c.audited():
-				c.texts = append(c.texts, g.text)
+				c.digest.Add(g.text)
 			}
 		}
 		if t == 'Z' {
@@ -647,7 +649,11 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		}
 		// The transaction's statements so far: those that set it up
 		// before its check (pendingCheck).
-		c.rows, c.texts = 0, append(c.texts[:0], c.setupTexts...)
+		c.rows = 0
+		c.digest.Reset()
+		for _, text := range c.setupTexts {
+			c.digest.Add(text)
+		}
 		c.setupTexts = c.setupTexts[:0]
 	}
 	if closeNow {
@@ -670,7 +676,7 @@ func (c *session) fingerprint(a *proxy.Admission) string {
 	if !a.Audited() {
 		return ""
 	}
-	return audit.Fingerprint(c.texts...)
+	return c.digest.Sum()
 }
 
 // checkRefusal is the refusal of a fence check the server failed.

@@ -36,13 +36,16 @@ have_redispy() { /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; }
 have_redispy || missing+=(python3-redis)
 # The PostgreSQL drivers the listener's tests drive (api/pgwire,
 # TestDrivers): psycopg2, psycopg 3, asyncpg and the ORMs SQLAlchemy and
-# Django for Debian's python3, and PgJDBC (run under the system's java, as
+# Django for Debian's python3, ActiveRecord, and PgJDBC (run under the system's java, as
 # ZooKeeper below).
 /usr/bin/python3 -c 'import psycopg2' >/dev/null 2>&1 || missing+=(python3-psycopg2)
 /usr/bin/python3 -c 'import psycopg' >/dev/null 2>&1 || missing+=(python3-psycopg)
 /usr/bin/python3 -c 'import asyncpg' >/dev/null 2>&1 || missing+=(python3-asyncpg)
 /usr/bin/python3 -c 'import sqlalchemy' >/dev/null 2>&1 || missing+=(python3-sqlalchemy)
 /usr/bin/python3 -c 'import django' >/dev/null 2>&1 || missing+=(python3-django)
+# Rails' ActiveRecord and ruby-pg, for Debian's ruby.
+have_activerecord() { have ruby && ruby -e 'require "active_record"; require "pg"' >/dev/null 2>&1; }
+have_activerecord || missing+=(ruby-activerecord ruby-pg)
 [[ -f /usr/share/java/postgresql.jar ]] || missing+=(libpostgresql-jdbc-java)
 
 # ZooKeeper (its server jar, run under the system's java by
@@ -105,7 +108,7 @@ fi
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
 	have redis-server && have etcdctl && have etcd && have promtool && have prometheus && have curl && have jq && have_postgres && have_pgbouncer &&
-	have_nutcracker && have_redispy && have_zookeeper && have_kazoo && have_py etcd3 && have_py requests && have node && have npm || {
+	have_nutcracker && have_redispy && have_activerecord && have_zookeeper && have_kazoo && have_py etcd3 && have_py requests && have node && have npm || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

@@ -6,12 +6,17 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 )
 
 // maxMessage bounds one protocol message after startup. PostgreSQL's own
 // limit is 1 GB; a proxy that buffers a message needs a lower one.
 const maxMessage = 256 << 20
+
+// maxAuthMessage bounds a client's message while it is not yet logged in
+// (a password or SASL response): PostgreSQL's PG_MAX_AUTH_TOKEN_LENGTH.
+const maxAuthMessage = 65535
 
 // bufSize is the read and write buffer of each side of a session: most
 // messages fit, so they are forwarded from the read buffer without a copy
@@ -23,6 +28,8 @@ type msgReader struct {
 	r       *bufio.Reader
 	pending int    // bytes of the last message still to discard
 	big     []byte // body of a message larger than the buffer
+	// limit bounds a message's length; 0 means maxMessage.
+	limit int
 }
 
 func newMsgReader(r io.Reader) *msgReader {
@@ -46,7 +53,11 @@ func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 	}
 	typ = hdr[0]
 	n := int(int32(binary.BigEndian.Uint32(hdr[1:5])))
-	if n < 4 || n > maxMessage {
+	limit := m.limit
+	if limit == 0 {
+		limit = maxMessage
+	}
+	if n < 4 || n-4 > limit {
 		return 0, nil, nil, fmt.Errorf("pgwire: message %q of invalid length %d", typ, n)
 	}
 	if n+1 <= m.r.Size() {
@@ -57,14 +68,22 @@ func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 		m.pending = n + 1
 		return typ, raw[5:], raw, nil
 	}
-	if cap(m.big) < n+1 {
-		m.big = make([]byte, n+1)
+	// Read into a buffer that grows with what arrives, at most doubling
+	// it, not to the length the header claims: five bytes must not make
+	// fencegate allocate hundreds of megabytes and wait for them.
+	raw = m.big[:0]
+	for len(raw) < n+1 {
+		step := min(n+1-len(raw), max(len(raw), bufSize))
+		raw = slices.Grow(raw, step)
+		at := len(raw)
+		raw = raw[:at+step]
+		if _, err := io.ReadFull(m.r, raw[at:]); err != nil {
+			m.big = raw[:0]
+			return 0, nil, nil, unexpectedEOF(err)
+		}
 	}
-	raw = m.big[:n+1]
-	if _, err := io.ReadFull(m.r, raw); err != nil {
-		return 0, nil, nil, unexpectedEOF(err)
-	}
-	if len(m.big) > 4*bufSize && cap(m.big) > 16*bufSize {
+	m.big = raw
+	if cap(m.big) > 16*bufSize {
 		m.big = nil // a one-off: do not keep it
 	}
 	return typ, raw[5:], raw, nil

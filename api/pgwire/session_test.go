@@ -2,7 +2,10 @@ package pgwire_test
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgproto3"
 
 	"github.com/fencegate/fencegate/api/pgwire"
 )
@@ -81,6 +85,44 @@ func TestAuthRelay(t *testing.T) {
 	if got := e.count(t, "authed"); got != len(methods) {
 		t.Fatalf("got %d rows, want %d", got, len(methods))
 	}
+	// Before the database has logged a client in, fencegate takes a
+	// message of at most 65535 bytes from it, as PostgreSQL does: a
+	// client must not make it hold a password message's claimed length.
+	t.Run("password message over the limit", func(t *testing.T) {
+		c, err := net.DialTimeout("tcp", e.addr, 5*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		startup, err := (&pgproto3.StartupMessage{ProtocolVersion: pgproto3.ProtocolVersionNumber, Parameters: map[string]string{
+			"user": "md5_user", "database": "postgres", "fencegate.fence": "authed", "fencegate.token": fmt.Sprint(tok),
+		}}).Encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.Write(startup); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetDeadline(time.Now().Add(10 * time.Second))
+		fe := pgproto3.NewFrontend(c, c)
+		msg, err := fe.Receive()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, ok := msg.(*pgproto3.AuthenticationMD5Password); !ok {
+			t.Fatalf("got %T, want the database's AuthenticationMD5Password", msg)
+		}
+		// A password message claiming 64 MiB, of which 1 KiB comes.
+		claim := []byte{'p', 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(claim[1:], 64<<20)
+		if _, err := c.Write(append(claim, make([]byte, 1<<10)...)); err != nil {
+			t.Fatal(err)
+		}
+		_ = c.SetReadDeadline(time.Now().Add(5 * time.Second))
+		if _, err := io.ReadAll(c); err != nil {
+			t.Fatalf("fencegate kept the connection waiting for the claimed message: %v", err)
+		}
+	})
 }
 
 // TestCancel: a client's CancelRequest, with the key fencegate gave it,

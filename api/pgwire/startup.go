@@ -379,6 +379,7 @@ func (c *session) relayAuth() error {
 			switch code {
 			case 0: // AuthenticationOk
 				c.cw.Write(raw)
+				c.cr.limit = 0
 				return c.afterLogin()
 			case 10: // SASL: no -PLUS, the TLS of each side is its own
 				c.out = c.out[:0]
@@ -552,5 +553,8 @@ func newSession(s *Server, client, server net.Conn) *session {
 	}
 	c.sw = bufio.NewWriterSize(c.toServer, bufSize)
 	c.qcond.L = &c.qmu
+	// Until the database has logged the client in, its messages are
+	// passwords and SASL responses.
+	c.cr.limit = maxAuthMessage
 	return c
 }

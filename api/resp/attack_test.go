@@ -158,6 +158,46 @@ func TestAttackBeforeAuth(t *testing.T) {
 	r2.want("-NOAUTH ")
 }
 
+// TestAttackBeforeAuthLimits: before AUTH a command is held to Redis's
+// limits for unauthenticated clients (10 arguments, bulk strings of 16384
+// bytes), so a client nobody has let in cannot make fencegate read and
+// hold a megabyte per connection; after AUTH the configured limits apply.
+func TestAttackBeforeAuthLimits(t *testing.T) {
+	e := newEnv(t, resp.Config{})
+	f := unique("preauth")
+	tok, _ := e.lead(t, f)
+	k := "{" + f + "}:k"
+	for _, tt := range []struct {
+		name, send, want string
+	}{
+		{"bulk", cmd("AUTH", f, strings.Repeat("1", 16385)), "-ERR Protocol error: unauthenticated bulk length"},
+		{"bulk announced", "*2\r\n$4\r\nAUTH\r\n$1000000\r\n", "-ERR Protocol error: unauthenticated bulk length"},
+		{"args", cmd("HELLO", "3", "AUTH", f, "1", "SETNAME", "a", "SETNAME", "b", "SETNAME", "c"), "-ERR Protocol error: unauthenticated multibulk length"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := e.raw(t)
+			r.send(cmd("PING") + tt.send)
+			r.want("+PONG")
+			r.want(tt.want)
+			r.closed()
+		})
+	}
+	// The same bulk after AUTH is an ordinary argument.
+	r := e.raw(t)
+	big := strings.Repeat("v", 100000)
+	r.send(cmd("AUTH", f, strconv.FormatUint(tok, 10)) + cmd("SET", k, big))
+	r.want("+OK")
+	r.want("+OK")
+	if got := e.stored(t, k); got != big {
+		t.Errorf("after AUTH: stored %d bytes, want %d", len(got), len(big))
+	}
+	// RESET logs the connection out: the limits apply again.
+	r.send(cmd("RESET") + cmd("ECHO", big))
+	r.want("+RESET")
+	r.want("-ERR Protocol error: unauthenticated bulk length")
+	r.closed()
+}
+
 // TestAttackTokens: stale and forged tokens are refused, nothing stored,
 // whether sent alone, pipelined or in MULTI.
 func TestAttackTokens(t *testing.T) {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 )
 
 // protocolError is malformed or oversized input: the client gets it as an
@@ -24,11 +25,22 @@ type limits struct {
 	maxArgs, maxBulk, maxCommand, maxInline int
 }
 
+// Redis's limits for a client that has not authenticated: a few small
+// arguments are enough for AUTH and HELLO, and nobody can make the server
+// hold more before it knows who they are.
+const (
+	unauthArgs = 10
+	unauthBulk = 16384
+)
+
 // reader parses client commands: RESP arrays of bulk strings, and inline
 // commands (a line of words) as redis-cli and telnet users send.
 type reader struct {
 	br  *bufio.Reader
 	lim limits
+	// unauth: the client has not logged in, so a command is held to
+	// Redis's limits for unauthenticated clients (unauthArgs, unauthBulk).
+	unauth bool
 	// scratch holds one command's argument bytes; ends their ends in it.
 	scratch []byte
 	ends    []int
@@ -68,6 +80,9 @@ func (r *reader) command() ([]string, error) {
 		if n <= 0 {
 			continue // Redis ignores empty and null arrays.
 		}
+		if r.unauth && n > unauthArgs {
+			return nil, protoErr("unauthenticated multibulk length")
+		}
 		r.scratch, r.ends = r.scratch[:0], r.ends[:0]
 		for range n {
 			b, err := r.br.ReadByte()
@@ -84,13 +99,15 @@ func (r *reader) command() ([]string, error) {
 			if size < 0 {
 				return nil, protoErr("invalid bulk length")
 			}
+			if r.unauth && size > unauthBulk {
+				return nil, protoErr("unauthenticated bulk length")
+			}
 			if len(r.scratch)+size > r.lim.maxCommand {
 				return nil, protoErr("command of more than %d bytes", r.lim.maxCommand)
 			}
 			start := len(r.scratch)
-			r.scratch = append(r.scratch, make([]byte, size+2)...)
-			if _, err := io.ReadFull(r.br, r.scratch[start:]); err != nil {
-				return nil, unexpectedEOF(err)
+			if err := r.readN(size + 2); err != nil {
+				return nil, err
 			}
 			if r.scratch[start+size] != '\r' || r.scratch[start+size+1] != '\n' {
 				return nil, protoErr("bulk string not followed by CRLF")
@@ -100,6 +117,23 @@ func (r *reader) command() ([]string, error) {
 		}
 		return r.split(), nil
 	}
+}
+
+// readN appends the next n bytes of input to scratch, growing it with
+// what arrives (by at most what is already there, or the read buffer's
+// size) rather than by the length a client claimed.
+func (r *reader) readN(n int) error {
+	for n > 0 {
+		step := min(n, max(len(r.scratch), r.br.Size()))
+		r.scratch = slices.Grow(r.scratch, step)
+		at := len(r.scratch)
+		r.scratch = r.scratch[:at+step]
+		if _, err := io.ReadFull(r.br, r.scratch[at:]); err != nil {
+			return unexpectedEOF(err)
+		}
+		n -= step
+	}
+	return nil
 }
 
 // split turns scratch and ends into arguments backed by one string.

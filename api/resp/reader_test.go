@@ -3,6 +3,8 @@ package resp
 import (
 	"errors"
 	"io"
+	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -55,6 +57,47 @@ func TestReader(t *testing.T) {
 			if strings.Join(got[i], "|") != strings.Join(tt.want[i], "|") {
 				t.Errorf("%q: command %d: got %q, want %q", tt.in, i, got[i], tt.want[i])
 			}
+		}
+	}
+}
+
+// TestReaderHoldsWhatArrives: a bulk length makes the reader allocate
+// about what the client has sent of the bulk, not the length it claimed.
+func TestReaderHoldsWhatArrives(t *testing.T) {
+	lim := limits{maxArgs: 4, maxBulk: 256 << 20, maxCommand: 256 << 20, maxInline: 16}
+	in := "*1\r\n$200000000\r\n" + strings.Repeat("x", 100<<10)
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := newReader(strings.NewReader(in), lim).command()
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("a bulk cut short: got %v, want %v", err, io.ErrUnexpectedEOF)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 2<<20 {
+		t.Errorf("a bulk claiming 200 MB, then 100 KiB, made the reader allocate %d bytes", got)
+	}
+	// A bulk longer than the read buffer still arrives whole.
+	want := strings.Repeat("0123456789", 10<<10)
+	args, err := newReader(strings.NewReader("*2\r\n$3\r\nSET\r\n$"+strconv.Itoa(len(want))+"\r\n"+want+"\r\n"), lim).command()
+	if err != nil || len(args) != 2 || args[1] != want {
+		t.Fatalf("a %d-byte bulk: got %d arguments, %v", len(want), len(args), err)
+	}
+}
+
+// TestReaderUnauthenticated: before AUTH, Redis's limits for
+// unauthenticated clients.
+func TestReaderUnauthenticated(t *testing.T) {
+	lim := limits{maxArgs: 100, maxBulk: 1 << 20, maxCommand: 8 << 20, maxInline: 16}
+	for _, tt := range []struct{ in, wantErr string }{
+		{"*11\r\n", "unauthenticated multibulk length"},
+		{"*1\r\n$16385\r\n", "unauthenticated bulk length"},
+		{"*10\r\n", io.ErrUnexpectedEOF.Error()},
+		{"*1\r\n$16384\r\n", io.ErrUnexpectedEOF.Error()},
+	} {
+		r := newReader(strings.NewReader(tt.in), lim)
+		r.unauth = true
+		if _, err := r.command(); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("%q: got %v, want %q", tt.in, err, tt.wantErr)
 		}
 	}
 }

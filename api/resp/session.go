@@ -75,6 +75,7 @@ func (s *session) serve() error {
 				return ErrServerClosed
 			}
 			var err error
+			s.r.unauth = !s.authed
 			args, err = s.r.command()
 			if idle {
 				s.busy()

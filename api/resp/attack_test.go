@@ -198,6 +198,39 @@ func TestAttackBeforeAuthLimits(t *testing.T) {
 	r.closed()
 }
 
+// TestAttackNoAuth: a connection that does not AUTH within AuthTimeout,
+// from its start or from RESET, is told so and closed, so connections
+// that never log in cannot hold the listener's connection slots; one
+// that logged in may stay idle.
+func TestAttackNoAuth(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	e := newEnv(t, resp.Config{AuthTimeout: timeout})
+	f := unique("authtime")
+	tok, _ := e.lead(t, f)
+	k := "{" + f + "}:k"
+
+	never := e.raw(t)
+	never.send(cmd("PING"))
+	never.want("+PONG")
+	start := time.Now()
+	never.want("-ERR fencegate: no AUTH within 300ms")
+	never.closed()
+	if waited := time.Since(start); waited > 5*time.Second {
+		t.Errorf("closed after %v, want about %v", waited, timeout)
+	}
+
+	r := e.raw(t)
+	r.send(cmd("AUTH", f, strconv.FormatUint(tok, 10)))
+	r.want("+OK")
+	time.Sleep(3 * timeout)
+	r.send(cmd("SET", k, "1"))
+	r.want("+OK")
+	r.send(cmd("RESET"))
+	r.want("+RESET")
+	r.want("-ERR fencegate: no AUTH within 300ms")
+	r.closed()
+}
+
 // TestAttackTokens: stale and forged tokens are refused, nothing stored,
 // whether sent alone, pipelined or in MULTI.
 func TestAttackTokens(t *testing.T) {

@@ -46,6 +46,12 @@ type Config struct {
 	MaxConnections int
 	// HandshakeTimeout bounds a TLS handshake; 0 means 10 s.
 	HandshakeTimeout time.Duration
+	// AuthTimeout bounds how long a connection may go without AUTH, from
+	// its start or from RESET; 0 means 30 s, the PostgreSQL listener's
+	// StartupTimeout. Past it the client gets an error and the connection
+	// closes, so clients that never log in cannot keep the connections
+	// MaxConnections allows from those that do.
+	AuthTimeout time.Duration
 	// WriteTimeout bounds writing replies to a client that does not read
 	// them; 0 means 30 s.
 	WriteTimeout time.Duration
@@ -82,6 +88,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = 10 * time.Second
+	}
+	if c.AuthTimeout == 0 {
+		c.AuthTimeout = 30 * time.Second
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 30 * time.Second

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -29,6 +30,10 @@ type session struct {
 	fence, token string // from AUTH; token raw, as the client sent it
 	authed       bool
 	name         string
+	// authBy is when a connection without AUTH is closed (AuthTimeout);
+	// readBy says a read deadline is set for it.
+	authBy time.Time
+	readBy bool
 
 	multi  bool
 	dirty  bool // a command was refused while queueing: EXEC aborts
@@ -46,7 +51,8 @@ type session struct {
 
 func newSession(ctx context.Context, s *Server, c net.Conn) *session {
 	lim := limits{maxArgs: s.cfg.MaxArgs, maxBulk: s.cfg.MaxBulkBytes, maxCommand: s.cfg.MaxCommandBytes, maxInline: s.cfg.MaxInlineBytes}
-	return &session{srv: s, conn: c, r: newReader(c, lim), w: newWriter(c), ctx: ctx, id: s.ids.Add(1)}
+	return &session{srv: s, conn: c, r: newReader(c, lim), w: newWriter(c), ctx: ctx, id: s.ids.Add(1),
+		authBy: time.Now().Add(s.cfg.AuthTimeout)}
 }
 
 // errQuit ends a session the client asked to end.
@@ -75,7 +81,7 @@ func (s *session) serve() error {
 				return ErrServerClosed
 			}
 			var err error
-			s.r.unauth = !s.authed
+			s.beforeRead()
 			args, err = s.r.command()
 			if idle {
 				s.busy()
@@ -127,6 +133,20 @@ func argBytes(args []string) int {
 	return n
 }
 
+// beforeRead holds a client that has not logged in to Redis's limits for
+// unauthenticated clients and to AuthTimeout.
+func (s *session) beforeRead() {
+	s.r.unauth = !s.authed
+	switch {
+	case !s.authed:
+		_ = s.conn.SetReadDeadline(s.authBy)
+		s.readBy = true
+	case s.readBy:
+		_ = s.conn.SetReadDeadline(time.Time{})
+		s.readBy = false
+	}
+}
+
 // fail answers a protocol error before the connection closes.
 func (s *session) fail(err error) error {
 	var pe *protocolError
@@ -134,6 +154,11 @@ func (s *session) fail(err error) error {
 		s.w.error("ERR Protocol error: " + pe.msg)
 		_ = s.flush()
 		return err
+	}
+	if !s.authed && errors.Is(err, os.ErrDeadlineExceeded) {
+		s.w.error(fmt.Sprintf("ERR fencegate: no AUTH within %v; the connection is closed", s.srv.cfg.AuthTimeout))
+		_ = s.flush()
+		return nil
 	}
 	if errors.Is(err, io.EOF) {
 		_ = s.flush()
@@ -498,6 +523,7 @@ func (s *session) checkAuth(fence, token string) string {
 func (s *session) reset() {
 	s.endMulti()
 	s.fence, s.token, s.authed, s.name = "", "", false, ""
+	s.authBy = time.Now().Add(s.srv.cfg.AuthTimeout)
 	s.w.resp3 = false
 }
 

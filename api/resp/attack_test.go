@@ -201,7 +201,8 @@ func TestAttackBeforeAuthLimits(t *testing.T) {
 // TestAttackNoAuth: a connection that does not AUTH within AuthTimeout,
 // from its start or from RESET, is told so and closed, so connections
 // that never log in cannot hold the listener's connection slots; one
-// that logged in may stay idle.
+// that logged in may stay idle. RESET restarts the clock only for a
+// connection that had logged in.
 func TestAttackNoAuth(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	e := newEnv(t, resp.Config{AuthTimeout: timeout})
@@ -217,6 +218,23 @@ func TestAttackNoAuth(t *testing.T) {
 	never.closed()
 	if waited := time.Since(start); waited > 5*time.Second {
 		t.Errorf("closed after %v, want about %v", waited, timeout)
+	}
+
+	// RESET before any AUTH does not restart the clock.
+	resets := e.raw(t)
+	start = time.Now()
+	for time.Since(start) < 2*timeout {
+		resets.send(cmd("RESET"))
+		if l := resets.line(); l != "+RESET" {
+			if !strings.HasPrefix(l, "-ERR fencegate: no AUTH within 300ms") {
+				t.Fatalf("got reply %q, want +RESET or the AUTH timeout", l)
+			}
+			break
+		}
+		time.Sleep(timeout / 6)
+	}
+	if waited := time.Since(start); waited >= 2*timeout {
+		t.Fatalf("a client sending RESET without AUTH was still served after %v (AuthTimeout %v)", waited, timeout)
 	}
 
 	r := e.raw(t)

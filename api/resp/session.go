@@ -522,8 +522,12 @@ func (s *session) checkAuth(fence, token string) string {
 
 func (s *session) reset() {
 	s.endMulti()
+	if s.authed {
+		// Logged out: AuthTimeout runs again. Not for a client that never
+		// logged in, which could otherwise RESET to stay for ever.
+		s.authBy = time.Now().Add(s.srv.cfg.AuthTimeout)
+	}
 	s.fence, s.token, s.authed, s.name = "", "", false, ""
-	s.authBy = time.Now().Add(s.srv.cfg.AuthTimeout)
 	s.w.resp3 = false
 }
 

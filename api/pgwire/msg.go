@@ -6,8 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
+
+	"github.com/fencegate/fencegate/api/internal/wire"
 )
 
 // maxMessage bounds one protocol message after startup. PostgreSQL's own
@@ -71,18 +72,11 @@ func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 	// Read into a buffer that grows with what arrives, at most doubling
 	// it, not to the length the header claims: five bytes must not make
 	// fencegate allocate hundreds of megabytes and wait for them.
-	raw = m.big[:0]
-	for len(raw) < n+1 {
-		step := min(n+1-len(raw), max(len(raw), bufSize))
-		raw = slices.Grow(raw, step)
-		at := len(raw)
-		raw = raw[:at+step]
-		if _, err := io.ReadFull(m.r, raw[at:]); err != nil {
-			m.big = raw[:0]
-			return 0, nil, nil, unexpectedEOF(err)
-		}
-	}
+	raw, err = wire.AppendFull(m.big[:0], m.r, n+1, bufSize)
 	m.big = raw
+	if err != nil {
+		return 0, nil, nil, unexpectedEOF(err)
+	}
 	if cap(m.big) > 16*bufSize {
 		m.big = nil // a one-off: do not keep it
 	}

@@ -6,7 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
+
+	"github.com/fencegate/fencegate/api/internal/wire"
 )
 
 // protocolError is malformed or oversized input: the client gets it as an
@@ -106,8 +107,8 @@ func (r *reader) command() ([]string, error) {
 				return nil, protoErr("command of more than %d bytes", r.lim.maxCommand)
 			}
 			start := len(r.scratch)
-			if err := r.readN(size + 2); err != nil {
-				return nil, err
+			if r.scratch, err = wire.AppendFull(r.scratch, r.br, size+2, r.br.Size()); err != nil {
+				return nil, unexpectedEOF(err)
 			}
 			if r.scratch[start+size] != '\r' || r.scratch[start+size+1] != '\n' {
 				return nil, protoErr("bulk string not followed by CRLF")
@@ -117,23 +118,6 @@ func (r *reader) command() ([]string, error) {
 		}
 		return r.split(), nil
 	}
-}
-
-// readN appends the next n bytes of input to scratch, growing it with
-// what arrives (by at most what is already there, or the read buffer's
-// size) rather than by the length a client claimed.
-func (r *reader) readN(n int) error {
-	for n > 0 {
-		step := min(n, max(len(r.scratch), r.br.Size()))
-		r.scratch = slices.Grow(r.scratch, step)
-		at := len(r.scratch)
-		r.scratch = r.scratch[:at+step]
-		if _, err := io.ReadFull(r.br, r.scratch[at:]); err != nil {
-			return unexpectedEOF(err)
-		}
-		n -= step
-	}
-	return nil
 }
 
 // split turns scratch and ends into arguments backed by one string.

@@ -223,18 +223,18 @@ func TestAttackNoAuth(t *testing.T) {
 	// RESET before any AUTH does not restart the clock.
 	resets := e.raw(t)
 	start = time.Now()
-	for time.Since(start) < 2*timeout {
+	for closed := false; !closed; {
+		if waited := time.Since(start); waited >= 10*timeout {
+			t.Fatalf("a client sending RESET without AUTH was still served after %v (AuthTimeout %v)", waited, timeout)
+		}
 		resets.send(cmd("RESET"))
 		if l := resets.line(); l != "+RESET" {
 			if !strings.HasPrefix(l, "-ERR fencegate: no AUTH within 300ms") {
 				t.Fatalf("got reply %q, want +RESET or the AUTH timeout", l)
 			}
-			break
+			closed = true
 		}
 		time.Sleep(timeout / 6)
-	}
-	if waited := time.Since(start); waited >= 2*timeout {
-		t.Fatalf("a client sending RESET without AUTH was still served after %v (AuthTimeout %v)", waited, timeout)
 	}
 
 	r := e.raw(t)

@@ -79,12 +79,13 @@ EXAMPLES_NODE_MODULES := examples/node/node_modules/.package-lock.json
 TEST_NODE_MODULES := api/testdata/node/node_modules/.package-lock.json
 
 .PHONY: deps
-deps: $(GRPCURL) $(KUSTOMIZE) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, psycopg2, psycopg, asyncpg, SQLAlchemy, Django, ActiveRecord, PgJDBC, prometheus and promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl and kustomize into bin/tools; npm ci the Node example and the tests' Node clients.
+deps: $(GRPCURL) $(KUSTOMIZE) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, psycopg2, psycopg, asyncpg, SQLAlchemy, Django, ActiveRecord, PgJDBC, prometheus and promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl and kustomize into bin/tools; npm ci the Node example and the tests' Node clients; download the Go clients of api/testdata/go.
 	@.ci/deps.sh
 	@[[ $(EXAMPLES_NODE_MODULES) -nt examples/node/package-lock.json ]] || \
 		{ echo "deps: npm ci --prefix examples/node"; npm ci --prefix examples/node --no-audit --no-fund --loglevel=error; }
 	@[[ $(TEST_NODE_MODULES) -nt api/testdata/node/package-lock.json ]] || \
 		{ echo "deps: npm ci --prefix api/testdata/node"; npm ci --prefix api/testdata/node --no-audit --no-fund --loglevel=error; }
+	@$(GO) -C api/testdata/go mod download || { echo "deps: cannot download the Go modules of api/testdata/go (lib/pq, GORM, redigo, rueidis) from the module proxy"; exit 1; }
 
 .PHONY: test-examples
 test-examples: deps ## Run only the worker examples (examples/: shell, Python, Node) against fencegate dev; make test runs them too.
@@ -131,7 +132,8 @@ image: ## Build the container image $(IMAGE) from deploy/container/Dockerfile (n
 .PHONY: test
 test: deps ## go vet, gofmt check, alert rule tests, go test -race (./deploy included: image build stage, manifests, live Prometheus), then the short chaos runs (PKGS=./tokens/ to narrow, RACE= to drop -race).
 	$(GO) vet $(PKGS)
-	@unformatted=$$(find $(GOFMT_PATHS) -name '*.go' -not -path '*/.git/*' -not -path '*/testdata/*' -print0 | xargs -0 -r gofmt -l); \
+	$(GO) -C api/testdata/go vet ./...
+	@unformatted=$$({ find $(GOFMT_PATHS) -name '*.go' -not -path '*/.git/*' -not -path '*/testdata/*' -print0; find api/testdata/go -name '*.go' -print0; } | xargs -0 -r gofmt -l); \
 	if [[ -n "$$unformatted" ]]; then echo "gofmt: these files need formatting:"; echo "$$unformatted"; exit 1; fi
 	@$(MAKE) --no-print-directory test-alerts
 	FENCEGATE_KUSTOMIZE=$(CURDIR)/$(KUSTOMIZE) $(GO) test $(RACE) -count=1 -timeout $(TEST_TIMEOUT) $(TESTFLAGS) $(PKGS)

@@ -5,11 +5,14 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/fencegate/fencegate/api/internal/goworkers"
 	"github.com/fencegate/fencegate/api/pgwire"
 )
 
@@ -22,8 +25,11 @@ const pgJDBC = "/usr/share/java/postgresql.jar"
 type pgDriver struct {
 	name string
 	argv []string // the program; the worker's arguments follow
-	opts []string // after the worker's arguments
-	rows int      // rows one run writes
+	// goWorker, in place of argv, is a command of ../testdata/go, a
+	// module of its own, which the test builds.
+	goWorker string
+	opts     []string // after the worker's arguments
+	rows     int      // rows one run writes
 	// setOpts replace opts for the run that connects with the zombie's
 	// token and then SETs the leader's.
 	setOpts []string
@@ -61,15 +67,34 @@ var pgDrivers = []pgDriver{
 	// Rails' ORM over ruby-pg (Debian's ruby-activerecord and ruby-pg).
 	{name: "activerecord", argv: []string{"ruby", "testdata/activerecord_worker.rb"}, rows: 5,
 		noSet: "ActiveRecord SETs client_min_messages and standard_conforming_strings as a connection opens, before the worker can run anything"},
+	// Go's database/sql: lib/pq prepares a statement with arguments in a
+	// round trip of its own (Parse/Describe/Sync), then binds and runs it.
+	{name: "lib/pq", goWorker: "pqworker", rows: 9},
+	// GORM over pgx's database/sql driver: its own transaction around
+	// each Create, nested transactions as savepoints.
+	{name: "gorm", goWorker: "gormworker", rows: 7},
 }
+
+// goWorkerDir holds the Go workers once goWorkers built them.
+var goWorkerDir string
+
+// goWorkers builds the commands of ../testdata/go into goWorkerDir, once.
+var goWorkers = sync.OnceValue(func() error { return goworkers.Build(goWorkerDir) })
 
 // run runs the driver's worker and returns what it printed.
 func (d pgDriver) run(t *testing.T, port, fence string, token uint64, setToken, table, tag string, opts []string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	args := slices.Concat(d.argv[1:], []string{port, fence, fmt.Sprint(token), setToken, table, tag}, opts)
-	out, err := exec.CommandContext(ctx, d.argv[0], args...).CombinedOutput()
+	argv := d.argv
+	if d.goWorker != "" {
+		if err := goWorkers(); err != nil {
+			t.Fatal(err)
+		}
+		argv = []string{filepath.Join(goWorkerDir, d.goWorker)}
+	}
+	args := slices.Concat(argv[1:], []string{port, fence, fmt.Sprint(token), setToken, table, tag}, opts)
+	out, err := exec.CommandContext(ctx, argv[0], args...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("%s: %v: %s", d.name, err, out)
 	}
@@ -88,7 +113,10 @@ func (d pgDriver) run(t *testing.T, port, fence string, token uint64, setToken, 
 // connection, savepoints, COPY), and the ORMs SQLAlchemy (sessions and
 // flushes, a pool with pre-ping), Django (atomic blocks, savepoints,
 // select_for_update) and ActiveRecord (BEGIN then SET TRANSACTION,
-// savepoints, FOR UPDATE, insert_all). Each writes with the
+// savepoints, FOR UPDATE, insert_all); and from Go, lib/pq through
+// database/sql (statements prepared in a round trip of their own, COPY)
+// and GORM (its transaction around every Create, nested transactions as
+// savepoints, prepared statements). Each writes with the
 // leader's token; with the zombie's it is refused and stores nothing; a
 // connection opened with the zombie's token writes after SET
 // fencegate.token to the leader's (unless the driver runs statements of

@@ -43,6 +43,7 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer os.RemoveAll(dir)
+	goWorkerDir = dir + "/go"
 	etcd, err := embedded.Start(ctx, embedded.Config{Dir: dir + "/etcd", NoFsync: true})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -14,7 +14,9 @@
 // allowlist, arity and {fence} key rules. fencegate answers PING, ECHO,
 // SELECT 0, CLIENT SETNAME|GETNAME|SETINFO|ID, QUIT, RESET, HELLO, AUTH,
 // a minimal COMMAND and a minimal INFO itself (INFO says what HELLO says,
-// and loading:0, which ioredis waits for; nothing of the Redis behind).
+// and loading:0, which ioredis waits for; nothing of the Redis behind),
+// and CLUSTER, READONLY, READWRITE and ASKING as a Redis without cluster
+// mode does (rueidis sends CLUSTER SLOTS as it connects).
 //
 // Replies: fencegate's refusals are error replies whose first word is the
 // reason (-STALE_TOKEN fencegate: ...); an error of Redis itself inside

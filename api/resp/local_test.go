@@ -35,6 +35,8 @@ func TestLocalCommands(t *testing.T) {
 		{cmd("info", "Persistence"), []string{"$26", "# Persistence", "loading:0", ""}},
 		{cmd("INFO", "keyspace"), []string{"$0", ""}},
 		{cmd("INFO", "replication", "server"), []string{"$", "# Server", "redis_version:7.0.0", "redis_mode:standalone", "proxy:fencegate", "", "# Replication", "role:master", ""}},
+		// Redis without cluster mode: rueidis connects by CLUSTER SLOTS.
+		{cmd("CLUSTER", "SLOTS"), []string{"-ERR This instance has cluster support disabled"}},
 		{cmd("HELLO", "4"), []string{"-NOPROTO "}},
 		{cmd("HELLO", "3", "AUTH", f, "x"), []string{"-INVALID_TOKEN "}},
 		{cmd("HELLO", "3", "AUTH", f, strconv.FormatUint(tok, 10), "SETNAME", "w2"), []string{"%7", "$6", "server", "$5", "redis", "$7", "version", "$5", "7.0.0", "$5", "proto", ":3"}},
@@ -42,6 +44,7 @@ func TestLocalCommands(t *testing.T) {
 		{"", []string{":"}},
 		{"", []string{"$4", "mode", "$10", "standalone", "$4", "role", "$6", "master", "$7", "modules", "*0"}},
 		{cmd("GET", "{"+f+"}:missing"), []string{"_"}}, // RESP3 null
+		{cmd("readonly"), []string{"-ERR This instance has cluster support disabled"}},
 		{cmd("CLIENT", "GETNAME"), []string{"$2", "w2"}},
 		{cmd("RESET"), []string{"+RESET"}},
 		{cmd("GET", "{"+f+"}:missing"), []string{"-NOAUTH "}},

@@ -339,6 +339,7 @@ const (
 	kindWatch
 	kindUnwatch
 	kindInfo
+	kindCluster
 )
 
 func kindOf(name string) kind {
@@ -374,6 +375,8 @@ func kindOf(name string) kind {
 		return kindUnwatch
 	case "INFO":
 		return kindInfo
+	case "CLUSTER", "READONLY", "READWRITE", "ASKING":
+		return kindCluster
 	}
 	return kindData
 }
@@ -483,9 +486,16 @@ func (s *session) local(k kind, args []string) error {
 		w.status("OK") // nothing is ever watched
 	case kindInfo:
 		info(w, args[1:])
+	case kindCluster:
+		// What a Redis without cluster mode answers, whatever the token:
+		// clients that probe for a cluster (rueidis sends CLUSTER SLOTS
+		// as it connects) then treat fencegate as one standalone Redis.
+		w.error(noCluster)
 	}
 	return nil
 }
+
+const noCluster = "ERR This instance has cluster support disabled"
 
 const noAuth = "NOAUTH fencegate: authentication required: AUTH <fence> <token> (redis-cli --user <fence> --pass <token>)"
 

@@ -1,0 +1,72 @@
+package resp_test
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/api/internal/goworkers"
+	"github.com/fencegate/fencegate/api/resp"
+)
+
+// goWorkerDir holds the programs of ../testdata/go once goWorkers built
+// them.
+var goWorkerDir string
+
+var goWorkers = sync.OnceValue(func() error { return goworkers.Build(goWorkerDir) })
+
+// TestGoClients drives the other two Go Redis clients, unmodified, through
+// the listener (their programs in ../testdata/go, a module of its own):
+// redigo (AUTH and CLIENT SETNAME as it dials, a Pool that PINGs on
+// borrow, Send/Flush/Receive, MULTI/EXEC, a Lua script refused) and
+// rueidis (HELLO 3 AUTH, then CLUSTER SLOTS to learn whether it talks to
+// a cluster, auto-pipelining, DoMulti, MULTI/EXEC on a dedicated
+// connection). Each writes with the leader's token; with the zombie's it
+// connects, is refused and stores nothing; a connection that AUTHs again
+// with the leader's token writes.
+func TestGoClients(t *testing.T) {
+	e := newEnv(t, resp.Config{})
+	f := unique("goc")
+	old, cur := e.succession(t, f)
+	if err := goWorkers(); err != nil {
+		t.Fatal(err)
+	}
+	for i, name := range []string{"redigo", "rueidis"} {
+		t.Run(name, func(t *testing.T) {
+			run := func(token uint64, authToken, tag string) string {
+				t.Helper()
+				ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+				defer cancel()
+				args := []string{e.port, f, strconv.FormatUint(token, 10), authToken, tag}
+				out, err := exec.CommandContext(ctx, filepath.Join(goWorkerDir, name+"worker"), args...).CombinedOutput()
+				if err != nil {
+					t.Fatalf("%sworker %v: %v: %s", name, args, err, out)
+				}
+				return strings.TrimSpace(string(out))
+			}
+			tag := func(s string) string { return strconv.Itoa(i) + s }
+			if got := run(cur, "-", tag("leader")); got != "OK" {
+				t.Errorf("leader's token: got %q, want OK", got)
+			}
+			if got := run(old, "-", tag("zombie")); !strings.HasPrefix(got, "ERR STALE_TOKEN fencegate: ") {
+				t.Errorf("zombie's token: got %q, want ERR STALE_TOKEN fencegate: ...", got)
+			}
+			if ks := e.keys(t, "{"+f+"}:"+tag("zombie")+"*"); len(ks) != 0 {
+				t.Errorf("zombie's keys: got %v stored, want none", ks)
+			}
+			if got := run(old, strconv.FormatUint(cur, 10), tag("auth")); got != "OK" {
+				t.Errorf("zombie's token, then AUTH with the leader's: got %q, want OK", got)
+			}
+			for _, s := range []string{"leader", "auth"} {
+				if got := e.stored(t, "{"+f+"}:"+tag(s)); got != "v" {
+					t.Errorf("key of the %s run: got %q, want v", s, got)
+				}
+			}
+		})
+	}
+}

@@ -3,6 +3,7 @@ package pgwire_test
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -787,5 +789,63 @@ func TestExtendedSetAndShow(t *testing.T) {
 	}
 	if err := insert("after"); err != nil {
 		t.Fatalf("after the refusals: %v", err)
+	}
+}
+
+// TestDatabaseGoneAtStart: a database that stops answering a connection's
+// start, or closes it, gives the client a FATAL that says so (08006,
+// BACKEND_UNAVAILABLE) within the startup timeout, not a connection that
+// just ends. The databases here are faults, not PostgreSQL: a listener
+// that takes the connection and never answers (a hung server), and one
+// that closes it on the startup message.
+func TestDatabaseGoneAtStart(t *testing.T) {
+	const timeout = 500 * time.Millisecond
+	for _, c := range []struct {
+		name  string
+		serve func(net.Conn)
+		want  string
+	}{
+		{"hung", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) },
+			"fencegate: BACKEND_UNAVAILABLE: the database did not answer the connection's start within 500ms"},
+		{"closes", func(c net.Conn) { _, _ = c.Read(make([]byte, 1024)); c.Close() },
+			"fencegate: BACKEND_UNAVAILABLE: the database closed the connection during its start"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var wg sync.WaitGroup
+			t.Cleanup(wg.Wait)
+			lis, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { lis.Close() })
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				for {
+					conn, err := lis.Accept()
+					if err != nil {
+						return
+					}
+					wg.Add(1)
+					go func() { defer wg.Done(); defer conn.Close(); c.serve(conn) }()
+				}
+			}()
+			e := newEnv(t, pgwire.Config{StartupTimeout: timeout, PostgresDSN: "postgres://worker@" + lis.Addr().String() + "/postgres?sslmode=disable"})
+			ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+			defer cancel()
+			start := time.Now()
+			conn, err := pgx.Connect(ctx, e.dsn("worker", "gone", 1))
+			if err == nil {
+				conn.Close(ctx)
+				t.Fatal("connected through fencegate to a database that is gone")
+			}
+			var pe *pgconn.PgError
+			if !errors.As(err, &pe) || pe.Code != "08006" || pe.Severity != "FATAL" || pe.Message != c.want {
+				t.Fatalf("got %v, want FATAL 08006 %q", err, c.want)
+			}
+			if took := time.Since(start); took > timeout+3*time.Second {
+				t.Fatalf("refused after %v, want within the %v startup timeout", took, timeout)
+			}
+		})
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"os"
 	"strings"
 	"time"
 
@@ -60,6 +61,9 @@ func (s *Server) handle(c net.Conn, full bool) {
 	if err != nil {
 		var f *fatal
 		if errors.As(err, &f) {
+			// The startup deadline may have passed, waiting for the
+			// database: a moment more to say why.
+			_ = client.SetWriteDeadline(time.Now().Add(time.Second))
 			_, _ = client.Write(f.message())
 		}
 		if sess != nil {
@@ -368,7 +372,7 @@ func (c *session) relayAuth() error {
 	for {
 		t, body, raw, err := c.sr.next()
 		if err != nil {
-			return err
+			return c.startLost(err)
 		}
 		switch t {
 		case 'R':
@@ -421,10 +425,10 @@ func (c *session) relayAuth() error {
 				return &fatal{code: "08P01", msg: fmt.Sprintf("fencegate: expected a password message, got %q", ct)}
 			}
 			if _, err := c.sw.Write(craw); err != nil {
-				return err
+				return c.startLost(err)
 			}
 			if err := c.sw.Flush(); err != nil {
-				return err
+				return c.startLost(err)
 			}
 		case 'E', 'N', 'v':
 			c.cw.Write(raw)
@@ -438,6 +442,19 @@ func (c *session) relayAuth() error {
 	}
 }
 
+// startLost is the FATAL a client gets when the database stops answering
+// its connection's start (the startup timeout) or ends it: what a client
+// of PostgreSQL itself would see as a connection failure, with the reason.
+func (c *session) startLost(err error) error {
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		return &fatal{code: "08006", msg: fmt.Sprintf("fencegate: BACKEND_UNAVAILABLE: the database did not answer the connection's start within %v", c.s.cfg.StartupTimeout)}
+	}
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return &fatal{code: "08006", msg: "fencegate: BACKEND_UNAVAILABLE: the database closed the connection during its start"}
+	}
+	return &fatal{code: "08006", msg: "fencegate: BACKEND_UNAVAILABLE: lost the database during the connection's start: " + err.Error()}
+}
+
 func beginMsgAt(dst []byte, typ byte) ([]byte, int) { return beginMsg(dst, typ) }
 
 func (c *session) afterLogin() error {
@@ -445,7 +462,7 @@ func (c *session) afterLogin() error {
 	for {
 		t, body, raw, err := c.sr.next()
 		if err != nil {
-			return err
+			return c.startLost(err)
 		}
 		switch t {
 		case 'S':
@@ -504,17 +521,17 @@ func (c *session) prepare() error {
 	b = appendSync(b)
 	c.out = b
 	if _, err := c.sw.Write(b); err != nil {
-		return err
+		return c.startLost(err)
 	}
 	if err := c.sw.Flush(); err != nil {
-		return err
+		return c.startLost(err)
 	}
 	owner := false
 	var failure string
 	for {
 		t, body, _, err := c.sr.next()
 		if err != nil {
-			return err
+			return c.startLost(err)
 		}
 		switch t {
 		case 'D':

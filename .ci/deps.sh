@@ -34,6 +34,9 @@ have_nutcracker || missing+=(nutcracker)
 # Debian's python3 (not another one first on PATH), where python3-redis installs.
 have_redispy() { /usr/bin/python3 -c 'import redis' >/dev/null 2>&1; }
 have_redispy || missing+=(python3-redis)
+# redis-rb (Sidekiq's, Resque's and Rails' Redis client), for Debian's ruby.
+have_redisrb() { have ruby && ruby -e 'require "redis"' >/dev/null 2>&1; }
+have_redisrb || missing+=(ruby-redis)
 # The PostgreSQL drivers the listener's tests drive (api/pgwire,
 # TestDrivers): psycopg2, psycopg 3, asyncpg and the ORMs SQLAlchemy and
 # Django for Debian's python3, ActiveRecord, and PgJDBC (run under the system's java, as

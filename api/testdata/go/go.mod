@@ -1,6 +1,6 @@
 // Go clients the listeners' tests drive as separate programs, kept out of
 // fencegate's own go.mod: lib/pq and GORM (api/pgwire's TestDrivers),
-// redigo and rueidis (api/resp's TestGoClients).
+// redigo and rueidis (api/resp's TestClientLibraries).
 module github.com/fencegate/fencegate/api/testdata/go
 
 go 1.26.8

@@ -1,5 +1,5 @@
 // Command redigoworker writes with redigo through fencegate's RESP
-// listener, as api/resp's TestGoClients runs it:
+// listener, as api/resp's TestClientLibraries runs it:
 //
 //	redigoworker <port> <fence> <token> <auth-token|-> <tag>
 //

@@ -1,5 +1,5 @@
 // Command rueidisworker writes with rueidis through fencegate's RESP
-// listener, as api/resp's TestGoClients runs it:
+// listener, as api/resp's TestClientLibraries runs it:
 //
 //	rueidisworker <port> <fence> <token> <auth-token|-> <tag>
 //

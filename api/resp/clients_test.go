@@ -20,32 +20,40 @@ var goWorkerDir string
 
 var goWorkers = sync.OnceValue(func() error { return goworkers.Build(goWorkerDir) })
 
-// TestGoClients drives the other two Go Redis clients, unmodified, through
-// the listener (their programs in ../testdata/go, a module of its own):
-// redigo (AUTH and CLIENT SETNAME as it dials, a Pool that PINGs on
-// borrow, Send/Flush/Receive, MULTI/EXEC, a Lua script refused) and
-// rueidis (HELLO 3 AUTH, then CLUSTER SLOTS to learn whether it talks to
-// a cluster, auto-pipelining, DoMulti, MULTI/EXEC on a dedicated
-// connection). Each writes with the leader's token; with the zombie's it
-// connects, is refused and stores nothing; a connection that AUTHs again
-// with the leader's token writes.
-func TestGoClients(t *testing.T) {
+// TestClientLibraries drives more Redis clients, unmodified, through the
+// listener, each a program of ../testdata: redigo (AUTH and CLIENT
+// SETNAME as it dials, a Pool that PINGs on borrow, Send/Flush/Receive,
+// MULTI/EXEC, a Lua script refused), rueidis (HELLO 3 AUTH, then CLUSTER
+// SLOTS to learn whether it talks to a cluster, auto-pipelining, DoMulti,
+// MULTI/EXEC on a dedicated connection), both in ../testdata/go, a module
+// of its own, and redis-rb (Debian's ruby-redis: AUTH and CLIENT SETNAME,
+// pipelined, multi, a Lua script refused). Each writes with the leader's
+// token; with the zombie's it is refused and stores nothing; a connection
+// that AUTHs again with the leader's token writes.
+func TestClientLibraries(t *testing.T) {
 	e := newEnv(t, resp.Config{})
-	f := unique("goc")
+	f := unique("lib")
 	old, cur := e.succession(t, f)
 	if err := goWorkers(); err != nil {
 		t.Fatal(err)
 	}
-	for i, name := range []string{"redigo", "rueidis"} {
-		t.Run(name, func(t *testing.T) {
+	for i, c := range []struct {
+		name string
+		argv []string // the program; the worker's arguments follow
+	}{
+		{"redigo", []string{filepath.Join(goWorkerDir, "redigoworker")}},
+		{"rueidis", []string{filepath.Join(goWorkerDir, "rueidisworker")}},
+		{"redis-rb", []string{"ruby", "../testdata/ruby/redis_worker.rb"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
 			run := func(token uint64, authToken, tag string) string {
 				t.Helper()
 				ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 				defer cancel()
-				args := []string{e.port, f, strconv.FormatUint(token, 10), authToken, tag}
-				out, err := exec.CommandContext(ctx, filepath.Join(goWorkerDir, name+"worker"), args...).CombinedOutput()
+				args := append(c.argv[1:len(c.argv):len(c.argv)], e.port, f, strconv.FormatUint(token, 10), authToken, tag)
+				out, err := exec.CommandContext(ctx, c.argv[0], args...).CombinedOutput()
 				if err != nil {
-					t.Fatalf("%sworker %v: %v: %s", name, args, err, out)
+					t.Fatalf("%s %v: %v: %s", c.argv[0], args, err, out)
 				}
 				return strings.TrimSpace(string(out))
 			}

@@ -37,6 +37,9 @@ have_redispy || missing+=(python3-redis)
 # redis-rb (Sidekiq's, Resque's and Rails' Redis client), for Debian's ruby.
 have_redisrb() { have ruby && ruby -e 'require "redis"' >/dev/null 2>&1; }
 have_redisrb || missing+=(ruby-redis)
+# PHP's PDO for PostgreSQL and phpredis, drivers the listeners' tests drive.
+have_php() { have php && php -r 'exit(extension_loaded("pdo_pgsql") && extension_loaded("redis") ? 0 : 1);' >/dev/null 2>&1; }
+have_php || missing+=(php-cli php-pgsql php-redis)
 # The PostgreSQL drivers the listener's tests drive (api/pgwire,
 # TestDrivers): psycopg2, psycopg 3, asyncpg and the ORMs SQLAlchemy and
 # Django for Debian's python3, ActiveRecord, and PgJDBC (run under the system's java, as

@@ -67,6 +67,9 @@ var pgDrivers = []pgDriver{
 	// Rails' ORM over ruby-pg (Debian's ruby-activerecord and ruby-pg).
 	{name: "activerecord", argv: []string{"ruby", "testdata/activerecord_worker.rb"}, rows: 5,
 		noSet: "ActiveRecord SETs client_min_messages and standard_conforming_strings as a connection opens, before the worker can run anything"},
+	// PHP's PDO over libpq (Debian's php-pgsql): named statements of
+	// libpq's PQprepare, SET TRANSACTION after PDO's BEGIN, COPY.
+	{name: "pdo_pgsql", argv: []string{"php", "../testdata/php/pdo_worker.php"}, rows: 6},
 	// Go's database/sql: lib/pq prepares a statement with arguments in a
 	// round trip of its own (Parse/Describe/Sync), then binds and runs it.
 	{name: "lib/pq", goWorker: "pqworker", rows: 9},
@@ -113,7 +116,8 @@ func (d pgDriver) run(t *testing.T, port, fence string, token uint64, setToken, 
 // connection, savepoints, COPY), and the ORMs SQLAlchemy (sessions and
 // flushes, a pool with pre-ping), Django (atomic blocks, savepoints,
 // select_for_update) and ActiveRecord (BEGIN then SET TRANSACTION,
-// savepoints, FOR UPDATE, insert_all); and from Go, lib/pq through
+// savepoints, FOR UPDATE, insert_all); PHP's PDO (server-side prepared
+// statements, SET TRANSACTION, COPY, emulated prepares); and from Go, lib/pq through
 // database/sql (statements prepared in a round trip of their own, COPY)
 // and GORM (its transaction around every Create, nested transactions as
 // savepoints, prepared statements). Each writes with the

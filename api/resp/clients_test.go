@@ -26,8 +26,10 @@ var goWorkers = sync.OnceValue(func() error { return goworkers.Build(goWorkerDir
 // MULTI/EXEC, a Lua script refused), rueidis (HELLO 3 AUTH, then CLUSTER
 // SLOTS to learn whether it talks to a cluster, auto-pipelining, DoMulti,
 // MULTI/EXEC on a dedicated connection), both in ../testdata/go, a module
-// of its own, and redis-rb (Debian's ruby-redis: AUTH and CLIENT SETNAME,
-// pipelined, multi, a Lua script refused). Each writes with the leader's
+// of its own, redis-rb (Debian's ruby-redis: AUTH and CLIENT SETNAME,
+// pipelined, multi, a Lua script refused) and phpredis (Debian's
+// php-redis: auth([user, pass]), pipeline, multi, a Lua script refused).
+// Each writes with the leader's
 // token; with the zombie's it is refused and stores nothing; a connection
 // that AUTHs again with the leader's token writes.
 func TestClientLibraries(t *testing.T) {
@@ -44,6 +46,7 @@ func TestClientLibraries(t *testing.T) {
 		{"redigo", []string{filepath.Join(goWorkerDir, "redigoworker")}},
 		{"rueidis", []string{filepath.Join(goWorkerDir, "rueidisworker")}},
 		{"redis-rb", []string{"ruby", "../testdata/ruby/redis_worker.rb"}},
+		{"phpredis", []string{"php", "../testdata/php/phpredis_worker.php"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			run := func(token uint64, authToken, tag string) string {

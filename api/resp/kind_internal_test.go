@@ -55,3 +55,14 @@ func TestDoubleNeverSplitsTheStream(t *testing.T) {
 		t.Errorf("got %q, want %q", got, want)
 	}
 }
+
+// BenchmarkKindOf: classifying the data commands of a mixed workload,
+// which every command goes through.
+func BenchmarkKindOf(b *testing.B) {
+	names := []string{"SET", "get", "INCR", "hset", "EXPIRE", "lpush", "ZADD", "del"}
+	for i := 0; b.Loop(); i++ {
+		if kindOf(names[i%len(names)]) != kindData {
+			b.Fatal("not data")
+		}
+	}
+}

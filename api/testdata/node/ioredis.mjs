@@ -1,5 +1,5 @@
 // A worker writing with ioredis through fencegate's RESP listener, as
-// api/resp's TestNodeClients runs it:
+// api/resp's TestClientLibraries runs it:
 //   node ioredis.mjs <port> <fence> <token> <auth-token|-> <tag>
 // It connects with AUTH <fence> <token> and ioredis's defaults (its ready
 // check sends INFO), AUTHs again with auth-token unless it is -, then

@@ -1,5 +1,5 @@
 // A worker writing with node-redis through fencegate's RESP listener, as
-// api/resp's TestNodeClients runs it:
+// api/resp's TestClientLibraries runs it:
 //   node redis.mjs <port> <fence> <token> <auth-token|-> <tag> <2|3>
 // It connects in RESP2 or RESP3 (HELLO 3 AUTH ...), AUTHs again with
 // auth-token unless it is -, then writes keys {fence}:<tag>*: plain

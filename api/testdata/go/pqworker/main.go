@@ -77,55 +77,39 @@ func run(ctx context.Context, port, fence, token, setToken, table, tag string) (
 		return 0, err
 	}
 
-	tx, err := db.BeginTx(ctx, &sql.TxOptions{Isolation: sql.LevelSerializable})
+	err = inTx(ctx, db, &sql.TxOptions{Isolation: sql.LevelSerializable}, func(tx *sql.Tx) error {
+		_, err := tx.ExecContext(ctx, ins, tag+"-ser")
+		return err
+	})
 	if err != nil {
 		return 0, err
 	}
-	if _, err := tx.ExecContext(ctx, ins, tag+"-ser"); err != nil {
-		tx.Rollback()
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-
-	tx, err = db.BeginTx(ctx, nil)
-	if err != nil {
-		return 0, err
-	}
-	cp, err := tx.PrepareContext(ctx, pq.CopyIn(table, "v"))
-	if err != nil {
-		tx.Rollback()
-		return 0, err
-	}
-	for i := range 3 {
-		if _, err := cp.ExecContext(ctx, fmt.Sprintf("%s-copy%d", tag, i)); err != nil {
-			tx.Rollback()
-			return 0, err
+	err = inTx(ctx, db, nil, func(tx *sql.Tx) error {
+		cp, err := tx.PrepareContext(ctx, pq.CopyIn(table, "v"))
+		if err != nil {
+			return err
 		}
-	}
-	if _, err := cp.ExecContext(ctx); err != nil { // the end of COPY
-		tx.Rollback()
-		return 0, err
-	}
-	if err := cp.Close(); err != nil {
-		tx.Rollback()
-		return 0, err
-	}
-	if err := tx.Commit(); err != nil {
-		return 0, err
-	}
-
-	tx, err = db.BeginTx(ctx, nil)
+		for i := range 3 {
+			if _, err := cp.ExecContext(ctx, fmt.Sprintf("%s-copy%d", tag, i)); err != nil {
+				return err
+			}
+		}
+		if _, err := cp.ExecContext(ctx); err != nil { // the end of COPY
+			return err
+		}
+		return cp.Close()
+	})
 	if err != nil {
 		return 0, err
 	}
-	if _, err := tx.ExecContext(ctx, ins, tag+"-rolledback"); err != nil {
-		tx.Rollback()
-		return 0, err
-	}
-	if err := tx.Rollback(); err != nil {
-		return 0, err
+	err = inTx(ctx, db, nil, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, ins, tag+"-rolledback"); err != nil {
+			return err
+		}
+		return errRollback
+	})
+	if err != errRollback {
+		return 0, fmt.Errorf("a transaction rolled back: %w", err)
 	}
 
 	q := fmt.Sprintf("INSERT INTO %[1]s (v) VALUES ('%[2]s-s1'); INSERT INTO %[1]s (v) VALUES ('%[2]s-s2')", table, tag)
@@ -135,4 +119,22 @@ func run(ctx context.Context, port, fence, token, setToken, table, tag string) (
 	var n int
 	err = db.QueryRowContext(ctx, "SELECT count(*) FROM "+table+" WHERE v LIKE $1", tag+"-%").Scan(&n)
 	return n, err
+}
+
+var errRollback = errors.New("rolled back on purpose")
+
+// inTx runs f in a transaction, committed if f returns nil and rolled back
+// otherwise.
+func inTx(ctx context.Context, db *sql.DB, opts *sql.TxOptions, f func(*sql.Tx) error) error {
+	tx, err := db.BeginTx(ctx, opts)
+	if err != nil {
+		return err
+	}
+	if err := f(tx); err != nil {
+		if rerr := tx.Rollback(); rerr != nil {
+			return rerr
+		}
+		return err
+	}
+	return tx.Commit()
 }

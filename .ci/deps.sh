@@ -114,7 +114,7 @@ fi
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
 	have redis-server && have etcdctl && have etcd && have promtool && have prometheus && have curl && have jq && have_postgres && have_pgbouncer &&
-	have_nutcracker && have_redispy && have_activerecord && have_zookeeper && have_kazoo && have_py etcd3 && have_py requests && have node && have npm || {
+	have_nutcracker && have_redispy && have_redisrb && have_php && have_activerecord && have_zookeeper && have_kazoo && have_py etcd3 && have_py requests && have node && have npm || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

@@ -79,7 +79,7 @@ EXAMPLES_NODE_MODULES := examples/node/node_modules/.package-lock.json
 TEST_NODE_MODULES := api/testdata/node/node_modules/.package-lock.json
 
 .PHONY: deps
-deps: $(GRPCURL) $(KUSTOMIZE) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, ruby-redis, psycopg2, psycopg, asyncpg, SQLAlchemy, Django, ActiveRecord, PgJDBC, PHP (PDO, phpredis), prometheus and promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl and kustomize into bin/tools; npm ci the Node example and the tests' Node clients; download the Go clients of api/testdata/go.
+deps: $(GRPCURL) $(KUSTOMIZE) ## Install missing system packages (protoc, redis, etcd, postgres, pgbouncer, nutcracker, python3-redis, ruby-redis, psycopg2, psycopg, asyncpg, SQLAlchemy, Django, ActiveRecord, PgJDBC, HikariCP, PHP (PDO, phpredis), prometheus and promtool, curl, jq, python3-etcd3, node) via apt-get as root; build grpcurl and kustomize into bin/tools; npm ci the Node example and the tests' Node clients; download the Go clients of api/testdata/go.
 	@.ci/deps.sh
 	@[[ $(EXAMPLES_NODE_MODULES) -nt examples/node/package-lock.json ]] || \
 		{ echo "deps: npm ci --prefix examples/node"; npm ci --prefix examples/node --no-audit --no-fund --loglevel=error; }

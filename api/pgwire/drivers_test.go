@@ -19,6 +19,10 @@ import (
 // pgJDBC is Debian's PgJDBC (libpostgresql-jdbc-java, .ci/deps.sh).
 const pgJDBC = "/usr/share/java/postgresql.jar"
 
+// hikariCP is Debian's HikariCP (libhikaricp-java) with SLF4J's API and
+// its no-op logger (libslf4j-java), and PgJDBC.
+const hikariCP = "/usr/share/java/HikariCP.jar:/usr/share/java/slf4j-api.jar:/usr/share/java/slf4j-nop.jar:" + pgJDBC
+
 // A pgDriver runs one of the worker programs in testdata (and
 // ../testdata/node) with <port> <fence> <token> <set-token|-> <table>
 // <tag>: it prints "OK <rows it wrote>" or "ERR <SQLSTATE> <message>".
@@ -53,6 +57,12 @@ var pgDrivers = []pgDriver{
 	// round trip.
 	{name: "pgjdbc autosave", argv: []string{"java", "-cp", pgJDBC, "testdata/PgJDBCWorker.java"}, rows: 10,
 		opts: []string{"autosave=always"}, setOpts: []string{"autosave=always", "assumeMinServerVersion=9.4"}},
+	// A HikariCP pool (Spring Boot's) of PgJDBC connections: it rolls
+	// back a transaction left open as a connection comes back, resets
+	// the isolation level, validates with isValid.
+	{name: "hikaricp", argv: []string{"java", "-cp", hikariCP, "testdata/HikariWorker.java"}, rows: 6,
+		opts:  []string{"assumeMinServerVersion=9.4"},
+		noSet: "HikariCP reads the default isolation level (PgJDBC's SHOW TRANSACTION ISOLATION LEVEL) as its pool's first connection opens, before connectionInitSql"},
 	{name: "node-postgres", argv: []string{"node", "../testdata/node/pg.mjs"}, rows: 7},
 	// postgres.js reads the array types with its first query on a
 	// connection, fenced like any other.
@@ -111,7 +121,9 @@ func (d pgDriver) run(t *testing.T, port, fence string, token uint64, setToken, 
 // that runs RESET ALL at every release, savepoints, a serializable
 // transaction, COPY), PgJDBC (extended protocol only: named statements,
 // batches, savepoints; and with a savepoint before every statement),
-// node-postgres (unnamed and named statements, a transaction, a string of
+// a HikariCP pool of PgJDBC connections (a transaction left open rolled
+// back by the pool, isolation reset, isValid), node-postgres (unnamed and
+// named statements, a transaction, a string of
 // two statements), postgres.js (named statements pipelined on one
 // connection, savepoints, COPY), and the ORMs SQLAlchemy (sessions and
 // flushes, a pool with pre-ping), Django (atomic blocks, savepoints,
@@ -131,8 +143,10 @@ func TestDrivers(t *testing.T) {
 	old, resign := e.lead(t, "drivers")
 	resign()
 	cur, _ := e.lead(t, "drivers")
-	if _, err := os.Stat(pgJDBC); err != nil {
-		t.Fatalf("PgJDBC: %v: run make deps (Debian's libpostgresql-jdbc-java)", err)
+	for _, jar := range strings.Split(hikariCP, ":") {
+		if _, err := os.Stat(jar); err != nil {
+			t.Fatalf("%v: run make deps (Debian's libpostgresql-jdbc-java, libhikaricp-java, libslf4j-java)", err)
+		}
 	}
 	for _, pkg := range []string{"pg", "postgres"} {
 		if _, err := os.Stat("../testdata/node/node_modules/" + pkg); err != nil {

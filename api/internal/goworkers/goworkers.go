@@ -21,12 +21,12 @@ func Build(dir string) error {
 	}
 	gobin, err := exec.LookPath("go")
 	if err != nil {
-		return fmt.Errorf("the go command, to build api/testdata/go's workers: %v", err)
+		return fmt.Errorf("the go command, to build api/testdata/go's workers: %w", err)
 	}
 	cmd := exec.Command(gobin, "build", "-o", dir+string(filepath.Separator), "./...")
 	cmd.Dir = filepath.Join(filepath.Dir(self), "..", "..", "testdata", "go")
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build in api/testdata/go: %v: %s", err, out)
+		return fmt.Errorf("go build in api/testdata/go: %w: %s", err, out)
 	}
 	return nil
 }

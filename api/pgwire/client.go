@@ -230,6 +230,14 @@ func (c *session) query(body, raw []byte) error {
 		if !atStart {
 			return c.refuseQuery(c.refusalOf(whyShow), raw)
 		}
+		if c.segStatus == 'E' {
+			// A failed block: the server refuses the SHOW before running
+			// it (25P02), as it refuses all but the statements that end
+			// the block. Its answer, not fencegate's.
+			c.push(reply{msg: 'Q', chg: -1, text: vd.text})
+			_, err := c.sw.Write(raw)
+			return err
+		}
 		return c.answer(appendReadyForQuery(appendShow(c.out[:0], vd.token, c.setting(vd.token)), c.segStatus))
 	}
 	if vd.kind == kindSetToken {

@@ -494,7 +494,7 @@ func TestDiscardAll(t *testing.T) {
 // TestTempTablesAndShow: temporary tables live as long as the session, as
 // in a direct one; SHOW fencegate.token and fencegate.fence answer what
 // the connection writes with, inside a transaction too; not beside
-// another statement.
+// another statement, nor in a failed block.
 func TestTempTablesAndShow(t *testing.T) {
 	ctx := context.Background()
 	e := newEnv(t, pgwire.Config{})
@@ -565,6 +565,19 @@ func TestTempTablesAndShow(t *testing.T) {
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatalf("commit after SHOW: %v", err)
+	}
+	// In a failed block, as every statement but those ending it: 25P02.
+	tx, err = c.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "SELECT 1/0"); err == nil {
+		t.Fatal("1/0 did not fail")
+	}
+	_, err = tx.Exec(ctx, "SHOW fencegate.token", pgx.QueryExecModeSimpleProtocol)
+	wantCode(t, err, "25P02")
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
 	}
 	// pgx's default: a named prepared statement (TestExtendedSetAndShow).
 	var s string

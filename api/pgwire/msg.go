@@ -29,12 +29,12 @@ type msgReader struct {
 	r       *bufio.Reader
 	pending int    // bytes of the last message still to discard
 	big     []byte // body of a message larger than the buffer
-	// limit bounds a message's length; 0 means maxMessage.
+	// limit bounds a message body's length.
 	limit int
 }
 
 func newMsgReader(r io.Reader) *msgReader {
-	return &msgReader{r: bufio.NewReaderSize(r, bufSize)}
+	return &msgReader{r: bufio.NewReaderSize(r, bufSize), limit: maxMessage}
 }
 
 // next returns the next message: its type, its body and the whole message
@@ -54,11 +54,7 @@ func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 	}
 	typ = hdr[0]
 	n := int(int32(binary.BigEndian.Uint32(hdr[1:5])))
-	limit := m.limit
-	if limit == 0 {
-		limit = maxMessage
-	}
-	if n < 4 || n-4 > limit {
+	if n < 4 || n-4 > m.limit {
 		return 0, nil, nil, fmt.Errorf("pgwire: message %q of invalid length %d", typ, n)
 	}
 	if n+1 <= m.r.Size() {

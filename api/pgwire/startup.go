@@ -383,7 +383,7 @@ func (c *session) relayAuth() error {
 			switch code {
 			case 0: // AuthenticationOk
 				c.cw.Write(raw)
-				c.cr.limit = 0
+				c.cr.limit = maxMessage
 				return c.afterLogin()
 			case 10: // SASL: no -PLUS, the TLS of each side is its own
 				c.out = c.out[:0]

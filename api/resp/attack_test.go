@@ -202,7 +202,8 @@ func TestAttackBeforeAuthLimits(t *testing.T) {
 // from its start or from RESET, is told so and closed, so connections
 // that never log in cannot hold the listener's connection slots; one
 // that logged in may stay idle. RESET restarts the clock only for a
-// connection that had logged in.
+// connection that had logged in, and CLUSTER, answered without a token,
+// not at all.
 func TestAttackNoAuth(t *testing.T) {
 	const timeout = 300 * time.Millisecond
 	e := newEnv(t, resp.Config{AuthTimeout: timeout})
@@ -220,21 +221,27 @@ func TestAttackNoAuth(t *testing.T) {
 		t.Errorf("closed after %v, want about %v", waited, timeout)
 	}
 
-	// RESET before any AUTH does not restart the clock.
-	resets := e.raw(t)
-	start = time.Now()
-	for closed := false; !closed; {
-		if waited := time.Since(start); waited >= 10*timeout {
-			t.Fatalf("a client sending RESET without AUTH was still served after %v (AuthTimeout %v)", waited, timeout)
-		}
-		resets.send(cmd("RESET"))
-		if l := resets.line(); l != "+RESET" {
-			if !strings.HasPrefix(l, "-ERR fencegate: no AUTH within 300ms") {
-				t.Fatalf("got reply %q, want +RESET or the AUTH timeout", l)
+	// Neither RESET before any AUTH nor the commands fencegate answers
+	// itself (CLUSTER, which needs no token) restart the clock.
+	for _, c := range []struct{ send, reply string }{
+		{cmd("RESET"), "+RESET"},
+		{cmd("CLUSTER", "SLOTS"), "-ERR This instance has cluster support disabled"},
+	} {
+		conn := e.raw(t)
+		start = time.Now()
+		for closed := false; !closed; {
+			if waited := time.Since(start); waited >= 10*timeout {
+				t.Fatalf("a client sending %q without AUTH was still served after %v (AuthTimeout %v)", c.send, waited, timeout)
 			}
-			closed = true
+			conn.send(c.send)
+			if l := conn.line(); l != c.reply {
+				if !strings.HasPrefix(l, "-ERR fencegate: no AUTH within 300ms") {
+					t.Fatalf("got reply %q, want %q or the AUTH timeout", l, c.reply)
+				}
+				closed = true
+			}
+			time.Sleep(timeout / 6)
 		}
-		time.Sleep(timeout / 6)
 	}
 
 	r := e.raw(t)

@@ -61,6 +61,9 @@ func (c *session) clientLoop() error {
 		case 'd', 'c', 'f': // COPY data: part of a statement already fenced
 			if !c.swallow {
 				_, err = c.sw.Write(raw)
+				if err == nil && c.cr.streamed() {
+					err = c.cr.copyBody(c.sw) // else skipped by next
+				}
 			}
 		case 'F':
 			err = c.refuseQuery(c.refusalOf(whyFunctionCall), raw)

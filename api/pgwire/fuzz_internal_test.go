@@ -102,7 +102,9 @@ func FuzzSplitOptions(f *testing.F) {
 }
 
 // FuzzMsgReader: the message framing never panics, and each message it
-// returns is one whole message as its header gives it.
+// returns is one whole message as its header gives it; a streamed one's
+// body, copied on or skipped, is as long as its header says, and the
+// message after it is framed from its end.
 func FuzzMsgReader(f *testing.F) {
 	msg := func(typ byte, body string) []byte {
 		b := []byte{typ, 0, 0, 0, 0}
@@ -114,15 +116,36 @@ func FuzzMsgReader(f *testing.F) {
 	f.Add([]byte{'Q', 0, 0, 0, 3})
 	f.Add([]byte{'Q', 0x7f, 0xff, 0xff, 0xff})
 	f.Add(msg('d', strings.Repeat("x", 3*bufSize)))
+	f.Add(append(append(msg('d', strings.Repeat("x", 3*bufSize)), msg('d', strings.Repeat("y", 2*bufSize))...), msg('Q', "SELECT 1\x00")...))
 	f.Fuzz(func(t *testing.T, in []byte) {
-		m := newMsgReader(bytes.NewReader(in))
-		for range 1 << 16 {
-			typ, body, raw, err := m.next()
-			if err != nil {
-				return
-			}
-			if len(raw) != len(body)+5 || raw[0] != typ || int(binary.BigEndian.Uint32(raw[1:5])) != len(body)+4 {
-				t.Fatalf("message %q: %d bytes with a body of %d, header % x", typ, len(raw), len(body), raw[:5])
+		for _, streams := range []string{"", "d"} {
+			m := newMsgReader(bytes.NewReader(in))
+			m.streams = streams
+			for i := range 1 << 16 {
+				typ, body, raw, err := m.next()
+				if err != nil {
+					break
+				}
+				if m.streamed() {
+					want := int(binary.BigEndian.Uint32(raw[1:5])) - 4
+					if len(raw) != 5 || body != nil || raw[0] != typ || typ != 'd' || want <= bufSize-5 {
+						t.Fatalf("streamed message %q: header % x, body of %d", typ, raw, len(body))
+					}
+					if i%2 == 1 {
+						continue // skipped by next
+					}
+					var out bytes.Buffer
+					if err := m.copyBody(&out); err != nil {
+						break
+					}
+					if out.Len() != want {
+						t.Fatalf("streamed message %q: copied %d bytes of %d", typ, out.Len(), want)
+					}
+					continue
+				}
+				if len(raw) != len(body)+5 || raw[0] != typ || int(binary.BigEndian.Uint32(raw[1:5])) != len(body)+4 {
+					t.Fatalf("message %q: %d bytes with a body of %d, header % x", typ, len(raw), len(body), raw[:5])
+				}
 			}
 		}
 	})

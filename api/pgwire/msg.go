@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"github.com/fencegate/fencegate/api/internal/wire"
 )
 
-// maxMessage bounds one protocol message after startup. PostgreSQL's own
-// limit is 1 GB; a proxy that buffers a message needs a lower one.
+// maxMessage bounds one protocol message after startup that fencegate
+// holds whole to read it (Config.MaxMessage). PostgreSQL's own limit is
+// 1 GB; a proxy that buffers a message needs a lower one. Messages it
+// passes on without reading (msgReader.streams) have no limit of its own.
 const maxMessage = 256 << 20
 
 // maxAuthMessage bounds a client's message while it is not yet logged in
@@ -31,6 +34,13 @@ type msgReader struct {
 	big     []byte // body of a message larger than the buffer
 	// limit bounds a message body's length.
 	limit int
+	// streams lists the message types passed on as they arrive when
+	// larger than the buffer: next returns only the header of such a
+	// message, and its body follows through copyBody (or is skipped by
+	// the next call of next). Their length is the server's to bound.
+	streams string
+	rest    int // body bytes of a streamed message not yet read
+	hdr     [5]byte
 }
 
 func newMsgReader(r io.Reader) *msgReader {
@@ -40,10 +50,21 @@ func newMsgReader(r io.Reader) *msgReader {
 // next returns the next message: its type, its body and the whole message
 // as received (raw, for forwarding). Both slices are valid until the next
 // call only.
+//
+// A message of a type in streams that is larger than the buffer comes
+// back as its header alone: body is nil, raw the 5 header bytes, and
+// streamed reports it.
 func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 	if m.pending > 0 {
-		_, _ = m.r.Discard(m.pending)
+		_, _ = m.r.Discard(m.pending) // all buffered
 		m.pending = 0
+	}
+	if m.rest > 0 {
+		_, err := m.r.Discard(m.rest)
+		m.rest = 0
+		if err != nil {
+			return 0, nil, nil, unexpectedEOF(err)
+		}
 	}
 	hdr, err := m.r.Peek(5)
 	if err != nil {
@@ -54,6 +75,12 @@ func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 	}
 	typ = hdr[0]
 	n := int(int32(binary.BigEndian.Uint32(hdr[1:5])))
+	if n >= 4 && n+1 > m.r.Size() && strings.IndexByte(m.streams, typ) >= 0 {
+		copy(m.hdr[:], hdr)
+		_, _ = m.r.Discard(5)
+		m.rest = n - 4
+		return typ, nil, m.hdr[:], nil
+	}
 	if n < 4 || n-4 > m.limit {
 		return 0, nil, nil, fmt.Errorf("pgwire: message %q of invalid length %d", typ, n)
 	}
@@ -79,8 +106,31 @@ func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 	return typ, raw[5:], raw, nil
 }
 
+// streamed reports whether next returned a message's header alone, its
+// body still to come (copyBody).
+func (m *msgReader) streamed() bool { return m.rest > 0 }
+
+// copyBody writes the body of the streamed message to w as it arrives,
+// a buffer at a time.
+func (m *msgReader) copyBody(w io.Writer) error {
+	for m.rest > 0 {
+		if m.r.Buffered() == 0 {
+			if _, err := m.r.Peek(1); err != nil {
+				return unexpectedEOF(err)
+			}
+		}
+		b, _ := m.r.Peek(min(m.rest, m.r.Buffered()))
+		if _, err := w.Write(b); err != nil {
+			return err
+		}
+		_, _ = m.r.Discard(len(b))
+		m.rest -= len(b)
+	}
+	return nil
+}
+
 // buffered reports whether another message is (at least partly) already read.
-func (m *msgReader) buffered() bool { return m.r.Buffered() > m.pending }
+func (m *msgReader) buffered() bool { return m.r.Buffered() > m.pending+m.rest }
 
 func unexpectedEOF(err error) error {
 	if errors.Is(err, io.EOF) {

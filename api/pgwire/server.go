@@ -67,6 +67,12 @@ type Config struct {
 	// StartupTimeout bounds the startup and authentication of a
 	// connection; 0 means 30 s.
 	StartupTimeout time.Duration
+	// MaxMessage bounds a message fencegate holds whole to read it (a
+	// Query, Parse or Bind from the client; a server's answer to
+	// fencegate's own statements); 0 means 256 MiB. COPY data and rows
+	// larger than the read buffer are passed on as they arrive, and only
+	// the database bounds them.
+	MaxMessage int
 	// MaxConnections bounds the client connections served, as
 	// pgbouncer's max_client_conn does; 0 means 10000. One more is
 	// answered as PostgreSQL answers one over max_connections: its TLS
@@ -149,6 +155,9 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	if cfg.MaxConnections == 0 {
 		cfg.MaxConnections = 10000
 	}
+	if cfg.MaxMessage == 0 {
+		cfg.MaxMessage = maxMessage
+	}
 	switch {
 	case cfg.EndedCheckInterval == 0:
 		cfg.EndedCheckInterval = 100 * time.Millisecond
@@ -157,6 +166,9 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	}
 	if cfg.MaxConnections < 0 {
 		return nil, fmt.Errorf("pgwire: MaxConnections must not be negative, got %d", cfg.MaxConnections)
+	}
+	if cfg.MaxMessage < maxAuthMessage {
+		return nil, fmt.Errorf("pgwire: MaxMessage must be at least %d, got %d", maxAuthMessage, cfg.MaxMessage)
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -280,6 +280,9 @@ func (c *session) CloseIfIdle() {
 // mid-transaction takes the server connection with it: the server rolls
 // the transaction back.
 func (c *session) run() {
+	// COPY data and rows are not read, only passed on: those larger than
+	// the buffer go through it as they arrive, never held whole.
+	c.cr.streams, c.sr.streams = "d", "Dd"
 	errc := make(chan error, 1)
 	go func() { errc <- c.serverLoop(); c.close() }()
 	err := c.clientLoop()
@@ -466,12 +469,37 @@ func (c *session) serverLoop() error {
 		if err != nil {
 			return err
 		}
-		if out != nil {
-			if err := c.toClient(out); err != nil {
-				return err
+		switch {
+		case c.sr.streamed():
+			// A row or COPY data, the client's (out is its header) or of
+			// fencegate's own statements (nil: skipped by next).
+			if out != nil {
+				err = c.streamToClient(out)
 			}
+		case out != nil:
+			err = c.toClient(out)
+		}
+		if err != nil {
+			return err
 		}
 	}
+}
+
+// streamToClient writes the header of a streamed message and its body
+// as it arrives from the server.
+func (c *session) streamToClient(hdr []byte) error {
+	c.cwMu.Lock()
+	defer c.cwMu.Unlock()
+	if _, err := c.cw.Write(hdr); err != nil {
+		return err
+	}
+	if err := c.sr.copyBody(c.cw); err != nil {
+		return err
+	}
+	if !c.sr.buffered() {
+		return c.cw.Flush()
+	}
+	return nil
 }
 
 // ownNotification gives a NotificationResponse that this session's own

@@ -288,6 +288,96 @@ func TestLargeMessages(t *testing.T) {
 	}
 }
 
+// TestStreamedMessages: COPY data and rows larger than the read buffer
+// pass through as they arrive, so the listener's limit on the messages it
+// holds whole (MaxMessage, here 1 MiB) does not bound them, as the
+// database's own does not at that size; a message it must read is still
+// bounded, and a zombie's COPY data is dropped unread.
+func TestStreamedMessages(t *testing.T) {
+	ctx := context.Background()
+	const limit = 1 << 20
+	e := newEnv(t, pgwire.Config{MaxMessage: limit})
+	e.table(t, "streamed")
+	stale, resign := e.lead(t, "streamed")
+	resign()
+	tok, _ := e.lead(t, "streamed")
+	large := strings.Repeat("s", 3*limit)
+
+	// COPY FROM STDIN with one CopyData of 3 MiB, by hand (pgx sends
+	// COPY data in 64 KiB messages).
+	copyIn := func(t *testing.T, token uint64) []pgproto3.BackendMessage {
+		t.Helper()
+		conn := e.hijack(t, "streamed", token)
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		fe := pgproto3.NewFrontend(conn, conn)
+		fe.Send(&pgproto3.Query{String: "COPY streamed (v) FROM STDIN"})
+		fe.Send(&pgproto3.CopyData{Data: []byte(large + "\n")})
+		fe.Send(&pgproto3.CopyDone{})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var got []pgproto3.BackendMessage
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatalf("after %d messages: %v", len(got), err)
+			}
+			switch m := m.(type) {
+			case *pgproto3.ReadyForQuery:
+				return got
+			case *pgproto3.ErrorResponse:
+				got = append(got, &pgproto3.ErrorResponse{Code: m.Code, Message: m.Message})
+			case *pgproto3.CommandComplete:
+				got = append(got, &pgproto3.CommandComplete{CommandTag: append([]byte(nil), m.CommandTag...)})
+			}
+		}
+	}
+	t.Run("zombie's COPY data", func(t *testing.T) {
+		got := copyIn(t, stale)
+		if len(got) != 1 {
+			t.Fatalf("got %d answers, want one error", len(got))
+		}
+		if er, ok := got[0].(*pgproto3.ErrorResponse); !ok || er.Code != "FG001" {
+			t.Fatalf("got %#v, want error FG001", got[0])
+		}
+		if n := e.count(t, "streamed"); n != 0 {
+			t.Fatalf("a zombie's COPY stored %d rows", n)
+		}
+	})
+	t.Run("COPY data from the client", func(t *testing.T) {
+		got := copyIn(t, tok)
+		if len(got) != 1 {
+			t.Fatalf("got %d answers, want COPY 1", len(got))
+		}
+		if cc, ok := got[0].(*pgproto3.CommandComplete); !ok || string(cc.CommandTag) != "COPY 1" {
+			t.Fatalf("got %#v, want COPY 1", got[0])
+		}
+	})
+	c := e.connect(t, "streamed", tok)
+	t.Run("a row to the client", func(t *testing.T) {
+		var back string
+		if err := c.QueryRow(ctx, "SELECT v FROM streamed").Scan(&back); err != nil || back != large {
+			t.Fatalf("got %d bytes back (%v), want %d", len(back), err, len(large))
+		}
+	})
+	t.Run("COPY data to the client", func(t *testing.T) {
+		var out strings.Builder
+		tag, err := c.PgConn().CopyTo(ctx, &out, "COPY streamed (v) TO STDOUT")
+		if err != nil || tag.RowsAffected() != 1 || out.String() != large+"\n" {
+			t.Fatalf("got %d bytes, %v, %v; want %d", out.Len(), tag, err, len(large)+1)
+		}
+	})
+	t.Run("a statement over the limit", func(t *testing.T) {
+		_, err := c.Exec(ctx, "INSERT INTO streamed (v) VALUES ('"+large+"')")
+		if err == nil {
+			t.Fatal("a 3 MiB Query passed a 1 MiB limit")
+		}
+		if n := e.count(t, "streamed"); n != 1 {
+			t.Fatalf("got %d rows, want 1", n)
+		}
+	})
+}
+
 // TestSessionState: LISTEN/NOTIFY, session SET and prepared statements
 // work as in a direct session.
 func TestSessionState(t *testing.T) {

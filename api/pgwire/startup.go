@@ -383,7 +383,7 @@ func (c *session) relayAuth() error {
 			switch code {
 			case 0: // AuthenticationOk
 				c.cw.Write(raw)
-				c.cr.limit = maxMessage
+				c.cr.limit = c.s.cfg.MaxMessage
 				return c.afterLogin()
 			case 10: // SASL: no -PLUS, the TLS of each side is its own
 				c.out = c.out[:0]
@@ -572,6 +572,6 @@ func newSession(s *Server, client, server net.Conn) *session {
 	c.qcond.L = &c.qmu
 	// Until the database has logged the client in, its messages are
 	// passwords and SASL responses.
-	c.cr.limit = maxAuthMessage
+	c.cr.limit, c.sr.limit = maxAuthMessage, s.cfg.MaxMessage
 	return c
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -37,6 +38,14 @@ func (c *session) clientLoop() error {
 		}
 		t, body, raw, err := c.cr.next()
 		if err != nil {
+			if tl := (*tooLong)(nil); errors.As(err, &tl) {
+				c.tellFatal(c.refusalOf(tl.Error()))
+				// Read the rest of it, unkept, for a while: a client
+				// still sending it would otherwise fail its write on
+				// the closed connection before it reads why.
+				_ = c.client.SetReadDeadline(time.Now().Add(10 * time.Second))
+				_, _ = c.cr.r.Discard(tl.n)
+			}
 			return err
 		}
 		if err := c.room(); err != nil {

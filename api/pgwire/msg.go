@@ -81,8 +81,11 @@ func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 		m.rest = n - 4
 		return typ, nil, m.hdr[:], nil
 	}
-	if n < 4 || n-4 > m.limit {
+	if n < 4 {
 		return 0, nil, nil, fmt.Errorf("pgwire: message %q of invalid length %d", typ, n)
+	}
+	if n-4 > m.limit {
+		return 0, nil, nil, &tooLong{typ: typ, n: n + 1, limit: m.limit}
 	}
 	if n+1 <= m.r.Size() {
 		raw, err = m.r.Peek(n + 1)
@@ -104,6 +107,17 @@ func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 		m.big = nil // a one-off: do not keep it
 	}
 	return typ, raw[5:], raw, nil
+}
+
+// tooLong is a message over a msgReader's limit, refused before any of
+// its body is read.
+type tooLong struct {
+	typ      byte
+	n, limit int // the message's bytes, header included; the body's bound
+}
+
+func (e *tooLong) Error() string {
+	return fmt.Sprintf("message %q of %d bytes is over fencegate's limit of %d bytes for the messages it reads (COPY data has none)", e.typ, e.n, e.limit)
 }
 
 // streamed reports whether next returned a message's header alone, its

@@ -162,7 +162,7 @@ func (c *session) close() {
 	c.closeOnce.Do(func() {
 		c.server.Close()
 		if r := c.killed.Load(); r != nil {
-			c.tellEnded(r)
+			c.tellFatal(r)
 		}
 		c.client.Close()
 		c.qmu.Lock()
@@ -248,10 +248,11 @@ func (c *session) closeEnded(a *proxy.Admission, why *tokens.RefusalError, busy 
 		"fence", c.fence, "user", c.user, "token", a.Token(), "reason", why.Reason, "peer", c.client.RemoteAddr().String())
 }
 
-// tellEnded writes the client the FATAL error of a transaction ended
-// with its term, waiting at most a second: a client that does not read
-// (a paused process) must not hold the session open.
-func (c *session) tellEnded(r *tokens.RefusalError) {
+// tellFatal writes the client r as a FATAL error (a transaction ended
+// with its term, a message over the limit), waiting at most a second: a
+// client that does not read (a paused process) must not hold the session
+// open.
+func (c *session) tellFatal(r *tokens.RefusalError) {
 	_ = c.client.SetWriteDeadline(time.Now().Add(time.Second)) // also frees a write S2C is blocked in
 	c.cwMu.Lock()
 	defer c.cwMu.Unlock()

@@ -369,8 +369,9 @@ func TestStreamedMessages(t *testing.T) {
 	})
 	t.Run("a statement over the limit", func(t *testing.T) {
 		_, err := c.Exec(ctx, "INSERT INTO streamed (v) VALUES ('"+large+"')")
-		if err == nil {
-			t.Fatal("a 3 MiB Query passed a 1 MiB limit")
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "FG006" || pe.Severity != "FATAL" || !strings.Contains(pe.Message, "over fencegate's limit of 1048576 bytes") {
+			t.Fatalf("a 3 MiB Query with a 1 MiB limit: got %v, want FATAL FG006 naming the limit", err)
 		}
 		if n := e.count(t, "streamed"); n != 1 {
 			t.Fatalf("got %d rows, want 1", n)

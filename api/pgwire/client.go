@@ -498,6 +498,11 @@ func (c *session) extended(t byte, body, raw []byte) error {
 	if _, err := c.sw.Write(raw); err != nil {
 		return err
 	}
+	if c.cr.streamed() { // a Bind with large parameters
+		if err := c.cr.copyBody(c.sw); err != nil {
+			return err
+		}
+	}
 	if t == 'E' && vd != nil {
 		if vd.kind == kindEnd {
 			c.needCheck = true // what follows before Sync runs in a new transaction
@@ -525,6 +530,9 @@ func (c *session) extended(t byte, body, raw []byte) error {
 func (c *session) localSegment(t byte, body []byte) error {
 	vd := c.localVd
 	why := vd.whyLocal()
+	if c.cr.streamed() { // a Bind too large to be of SET or SHOW
+		return c.endLocalSegment(c.refusalOf(why))
+	}
 	switch t {
 	case 'B':
 		portal, rest, ok1 := cstring(body)

@@ -13,7 +13,8 @@ import (
 )
 
 // maxMessage bounds one protocol message after startup that fencegate
-// holds whole to read it (Config.MaxMessage). PostgreSQL's own limit is
+// holds whole to read it (Config.MaxMessage): a query, a statement to
+// prepare, a server's answer to fencegate's own statements. PostgreSQL's own limit is
 // 1 GB; a proxy that buffers a message needs a lower one. Messages it
 // passes on without reading (msgReader.streams) have no limit of its own.
 const maxMessage = 256 << 20
@@ -35,12 +36,11 @@ type msgReader struct {
 	// limit bounds a message body's length.
 	limit int
 	// streams lists the message types passed on as they arrive when
-	// larger than the buffer: next returns only the header of such a
-	// message, and its body follows through copyBody (or is skipped by
+	// larger than the buffer: next returns a buffer's worth of such a
+	// message, and the rest follows through copyBody (or is skipped by
 	// the next call of next). Their length is the server's to bound.
 	streams string
-	rest    int // body bytes of a streamed message not yet read
-	hdr     [5]byte
+	rest    int // bytes of a streamed message not yet read
 }
 
 func newMsgReader(r io.Reader) *msgReader {
@@ -52,8 +52,8 @@ func newMsgReader(r io.Reader) *msgReader {
 // call only.
 //
 // A message of a type in streams that is larger than the buffer comes
-// back as its header alone: body is nil, raw the 5 header bytes, and
-// streamed reports it.
+// back as its first buffer's worth, header included: body and raw are
+// prefixes, streamed reports it, and copyBody passes on the rest.
 func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 	if m.pending > 0 {
 		_, _ = m.r.Discard(m.pending) // all buffered
@@ -76,10 +76,12 @@ func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 	typ = hdr[0]
 	n := int(int32(binary.BigEndian.Uint32(hdr[1:5])))
 	if n >= 4 && n+1 > m.r.Size() && strings.IndexByte(m.streams, typ) >= 0 {
-		copy(m.hdr[:], hdr)
-		_, _ = m.r.Discard(5)
-		m.rest = n - 4
-		return typ, nil, m.hdr[:], nil
+		raw, err = m.r.Peek(m.r.Size())
+		if err != nil {
+			return 0, nil, nil, unexpectedEOF(err)
+		}
+		m.pending, m.rest = len(raw), n+1-len(raw)
+		return typ, raw[5:], raw, nil
 	}
 	if n < 4 {
 		return 0, nil, nil, fmt.Errorf("pgwire: message %q of invalid length %d", typ, n)
@@ -117,16 +119,18 @@ type tooLong struct {
 }
 
 func (e *tooLong) Error() string {
-	return fmt.Sprintf("message %q of %d bytes is over fencegate's limit of %d bytes for the messages it reads (COPY data has none)", e.typ, e.n, e.limit)
+	return fmt.Sprintf("message %q of %d bytes is over fencegate's limit of %d bytes for the messages it reads whole (COPY data and parameters have none)", e.typ, e.n, e.limit)
 }
 
-// streamed reports whether next returned a message's header alone, its
-// body still to come (copyBody).
+// streamed reports whether next returned the start of a message, the
+// rest still to come (copyBody).
 func (m *msgReader) streamed() bool { return m.rest > 0 }
 
-// copyBody writes the body of the streamed message to w as it arrives,
-// a buffer at a time.
+// copyBody writes the rest of the streamed message to w as it arrives, a
+// buffer at a time. What next returned is no longer valid.
 func (m *msgReader) copyBody(w io.Writer) error {
+	_, _ = m.r.Discard(m.pending) // all buffered
+	m.pending = 0
 	for m.rest > 0 {
 		if m.r.Buffered() == 0 {
 			if _, err := m.r.Peek(1); err != nil {

@@ -68,8 +68,8 @@ type Config struct {
 	// connection; 0 means 30 s.
 	StartupTimeout time.Duration
 	// MaxMessage bounds a message fencegate holds whole to read it (a
-	// Query, Parse or Bind from the client; a server's answer to
-	// fencegate's own statements); 0 means 256 MiB. COPY data and rows
+	// client's Query or Parse; a server's answer to fencegate's own
+	// statements); 0 means 256 MiB. COPY data, rows and Bind messages
 	// larger than the read buffer are passed on as they arrive, and only
 	// the database bounds them.
 	MaxMessage int

@@ -281,9 +281,10 @@ func (c *session) CloseIfIdle() {
 // mid-transaction takes the server connection with it: the server rolls
 // the transaction back.
 func (c *session) run() {
-	// COPY data and rows are not read, only passed on: those larger than
-	// the buffer go through it as they arrive, never held whole.
-	c.cr.streams, c.sr.streams = "d", "Dd"
+	// COPY data, rows and a Bind's parameters are not read, only passed
+	// on: a message larger than the buffer goes through it as it
+	// arrives, never held whole.
+	c.cr.streams, c.sr.streams = "dB", "Dd"
 	errc := make(chan error, 1)
 	go func() { errc <- c.serverLoop(); c.close() }()
 	err := c.clientLoop()
@@ -472,7 +473,7 @@ func (c *session) serverLoop() error {
 		}
 		switch {
 		case c.sr.streamed():
-			// A row or COPY data, the client's (out is its header) or of
+			// A row or COPY data, the client's (out is its start) or of
 			// fencegate's own statements (nil: skipped by next).
 			if out != nil {
 				err = c.streamToClient(out)
@@ -486,12 +487,12 @@ func (c *session) serverLoop() error {
 	}
 }
 
-// streamToClient writes the header of a streamed message and its body
-// as it arrives from the server.
-func (c *session) streamToClient(hdr []byte) error {
+// streamToClient writes the start of a streamed message and the rest of
+// it as it arrives from the server.
+func (c *session) streamToClient(start []byte) error {
 	c.cwMu.Lock()
 	defer c.cwMu.Unlock()
-	if _, err := c.cw.Write(hdr); err != nil {
+	if _, err := c.cw.Write(start); err != nil {
 		return err
 	}
 	if err := c.sr.copyBody(c.cw); err != nil {

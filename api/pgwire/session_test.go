@@ -288,11 +288,12 @@ func TestLargeMessages(t *testing.T) {
 	}
 }
 
-// TestStreamedMessages: COPY data and rows larger than the read buffer
-// pass through as they arrive, so the listener's limit on the messages it
-// holds whole (MaxMessage, here 1 MiB) does not bound them, as the
-// database's own does not at that size; a message it must read is still
-// bounded, and a zombie's COPY data is dropped unread.
+// TestStreamedMessages: COPY data, rows and Bind messages larger than the
+// read buffer pass through as they arrive, so the listener's limit on the
+// messages it holds whole (MaxMessage, here 1 MiB) does not bound them,
+// as the database's own does not at that size; a message it must read is
+// still bounded, and a zombie's COPY data and parameters are dropped
+// unread.
 func TestStreamedMessages(t *testing.T) {
 	ctx := context.Background()
 	const limit = 1 << 20
@@ -353,16 +354,42 @@ func TestStreamedMessages(t *testing.T) {
 			t.Fatalf("got %#v, want COPY 1", got[0])
 		}
 	})
+	t.Run("zombie's parameter", func(t *testing.T) {
+		z := e.connect(t, "streamed", stale)
+		_, err := z.Exec(ctx, "INSERT INTO streamed (v) VALUES ($1)", large)
+		wantCode(t, err, "FG001")
+		if n := e.count(t, "streamed"); n != 1 {
+			t.Fatalf("got %d rows, want 1", n)
+		}
+	})
 	c := e.connect(t, "streamed", tok)
+	t.Run("a parameter from the client", func(t *testing.T) {
+		if _, err := c.Exec(ctx, "INSERT INTO streamed (v) VALUES ($1)", large); err != nil {
+			t.Fatal(err)
+		}
+		if n := e.count(t, "streamed"); n != 2 {
+			t.Fatalf("got %d rows, want 2", n)
+		}
+	})
+	t.Run("a large Bind of SHOW fencegate.token", func(t *testing.T) {
+		// fencegate answers SHOW fencegate.token itself, and reads its
+		// Bind whole: one too large for the buffer is refused (the
+		// database refuses 20000 result formats for one column too).
+		if _, err := c.PgConn().Prepare(ctx, "show_token", "SHOW fencegate.token", nil); err != nil {
+			t.Fatal(err)
+		}
+		res := c.PgConn().ExecPrepared(ctx, "show_token", nil, nil, make([]int16, 20000)).Read()
+		wantCode(t, res.Err, "FG006")
+	})
 	t.Run("a row to the client", func(t *testing.T) {
 		var back string
-		if err := c.QueryRow(ctx, "SELECT v FROM streamed").Scan(&back); err != nil || back != large {
+		if err := c.QueryRow(ctx, "SELECT v FROM streamed ORDER BY id DESC LIMIT 1").Scan(&back); err != nil || back != large {
 			t.Fatalf("got %d bytes back (%v), want %d", len(back), err, len(large))
 		}
 	})
 	t.Run("COPY data to the client", func(t *testing.T) {
 		var out strings.Builder
-		tag, err := c.PgConn().CopyTo(ctx, &out, "COPY streamed (v) TO STDOUT")
+		tag, err := c.PgConn().CopyTo(ctx, &out, "COPY (SELECT v FROM streamed ORDER BY id LIMIT 1) TO STDOUT")
 		if err != nil || tag.RowsAffected() != 1 || out.String() != large+"\n" {
 			t.Fatalf("got %d bytes, %v, %v; want %d", out.Len(), tag, err, len(large)+1)
 		}
@@ -373,8 +400,8 @@ func TestStreamedMessages(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Code != "FG006" || pe.Severity != "FATAL" || !strings.Contains(pe.Message, "over fencegate's limit of 1048576 bytes") {
 			t.Fatalf("a 3 MiB Query with a 1 MiB limit: got %v, want FATAL FG006 naming the limit", err)
 		}
-		if n := e.count(t, "streamed"); n != 1 {
-			t.Fatalf("got %d rows, want 1", n)
+		if n := e.count(t, "streamed"); n != 2 {
+			t.Fatalf("got %d rows, want 2", n)
 		}
 	})
 }

@@ -426,13 +426,19 @@ func (c *session) front() *reply {
 	return nil
 }
 
-// toClient writes b to the client, flushing unless more server messages
-// are already read.
+// toClient writes b, the server's message as read or fencegate's answer
+// in its place, to the client, then the rest of a streamed message as it
+// arrives, flushing unless more server messages are already read.
 func (c *session) toClient(b []byte) error {
 	c.cwMu.Lock()
 	defer c.cwMu.Unlock()
 	if _, err := c.cw.Write(b); err != nil {
 		return err
+	}
+	if c.sr.streamed() {
+		if err := c.sr.copyBody(c.cw); err != nil {
+			return err
+		}
 	}
 	if !c.sr.buffered() {
 		return c.cw.Flush()
@@ -471,37 +477,15 @@ func (c *session) serverLoop() error {
 		if err != nil {
 			return err
 		}
-		switch {
-		case c.sr.streamed():
-			// A row or COPY data, the client's (out is its start) or of
-			// fencegate's own statements (nil: skipped by next).
-			if out != nil {
-				err = c.streamToClient(out)
+		// A streamed row or COPY data (c.sr.streamed) is the client's
+		// (out is raw, its start) or of fencegate's own statements (nil:
+		// the rest is skipped by next).
+		if out != nil {
+			if err := c.toClient(out); err != nil {
+				return err
 			}
-		case out != nil:
-			err = c.toClient(out)
-		}
-		if err != nil {
-			return err
 		}
 	}
-}
-
-// streamToClient writes the start of a streamed message and the rest of
-// it as it arrives from the server.
-func (c *session) streamToClient(start []byte) error {
-	c.cwMu.Lock()
-	defer c.cwMu.Unlock()
-	if _, err := c.cw.Write(start); err != nil {
-		return err
-	}
-	if err := c.sr.copyBody(c.cw); err != nil {
-		return err
-	}
-	if !c.sr.buffered() {
-		return c.cw.Flush()
-	}
-	return nil
 }
 
 // ownNotification gives a NotificationResponse that this session's own

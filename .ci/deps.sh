@@ -53,6 +53,9 @@ have_php || missing+=(php-cli php-pgsql php-redis)
 have_activerecord() { have ruby && ruby -e 'require "active_record"; require "pg"' >/dev/null 2>&1; }
 have_activerecord || missing+=(ruby-activerecord ruby-pg)
 [[ -f /usr/share/java/postgresql.jar ]] || missing+=(libpostgresql-jdbc-java)
+# Perl's DBI with DBD::Pg, for Debian's perl.
+have_dbdpg() { have perl && perl -MDBD::Pg -e 1 >/dev/null 2>&1; }
+have_dbdpg || missing+=(libdbd-pg-perl)
 # HikariCP, the JDBC pool of Spring Boot, and SLF4J's no-op logger for it.
 have_hikari() { [[ -f /usr/share/java/HikariCP.jar && -f /usr/share/java/slf4j-nop.jar ]]; }
 have_hikari || missing+=(libhikaricp-java libslf4j-java)
@@ -117,7 +120,7 @@ fi
 # should fail here, not later in a test.
 have protoc && [[ -f /usr/include/google/protobuf/struct.proto ]] &&
 	have redis-server && have etcdctl && have etcd && have promtool && have prometheus && have curl && have jq && have_postgres && have_pgbouncer &&
-	have_nutcracker && have_redispy && have_redisrb && have_php && have_hikari && have_activerecord && have_zookeeper && have_kazoo && have_py etcd3 && have_py requests && have node && have npm || {
+	have_nutcracker && have_redispy && have_redisrb && have_php && have_hikari && have_dbdpg && have_activerecord && have_zookeeper && have_kazoo && have_py etcd3 && have_py requests && have node && have npm || {
 	echo "deps: still missing something after installing ${missing[*]}" >&2
 	exit 1
 }

@@ -80,6 +80,10 @@ var pgDrivers = []pgDriver{
 	// PHP's PDO over libpq (Debian's php-pgsql): named statements of
 	// libpq's PQprepare, SET TRANSACTION after PDO's BEGIN, COPY.
 	{name: "pdo_pgsql", argv: []string{"php", "../testdata/php/pdo_worker.php"}, rows: 6},
+	// Perl's DBI over DBD::Pg and libpq (Debian's libdbd-pg-perl): its
+	// own BEGIN with AutoCommit off, statements prepared on the server,
+	// savepoints, COPY.
+	{name: "dbd_pg", argv: []string{"perl", "testdata/dbdpg_worker.pl"}, rows: 5},
 	// Go's database/sql: lib/pq prepares a statement with arguments in a
 	// round trip of its own (Parse/Describe/Sync), then binds and runs it.
 	{name: "lib/pq", goWorker: "pqworker", rows: 9},
@@ -129,7 +133,8 @@ func (d pgDriver) run(t *testing.T, port, fence string, token uint64, setToken, 
 // flushes, a pool with pre-ping), Django (atomic blocks, savepoints,
 // select_for_update) and ActiveRecord (BEGIN then SET TRANSACTION,
 // savepoints, FOR UPDATE, insert_all); PHP's PDO (server-side prepared
-// statements, SET TRANSACTION, COPY, emulated prepares); and from Go, lib/pq through
+// statements, SET TRANSACTION, COPY, emulated prepares); Perl's DBD::Pg
+// (its own BEGIN, server-side prepares, savepoints, COPY); and from Go, lib/pq through
 // database/sql (statements prepared in a round trip of their own, COPY)
 // and GORM (its transaction around every Create, nested transactions as
 // savepoints, prepared statements). Each writes with the

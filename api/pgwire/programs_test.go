@@ -51,7 +51,7 @@ func TestPsql(t *testing.T) {
 		} {
 			out, err := e.psql(t, "psqljobs", token, args...)
 			if err != nil {
-				err = fmt.Errorf("psql %v: %v: %s", args, err, out)
+				err = fmt.Errorf("psql %v: %w: %s", args, err, out)
 			}
 			errs = append(errs, err)
 		}

@@ -313,7 +313,7 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env, name stri
 			return g, nil
 		} else if time.Now().After(deadline) || ctx.Err() != nil {
 			g.Close()
-			return nil, fmt.Errorf("%s not ready: %v; log: %s", name, err, g.logTail())
+			return nil, fmt.Errorf("%s not ready: %w; log: %s", name, err, g.logTail())
 		}
 		select {
 		case <-g.done:

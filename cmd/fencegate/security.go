@@ -51,11 +51,6 @@ func (c *securityConfig) validate() error {
 	return nil
 }
 
-// authenticates reports whether callers must prove who they are.
-func (c *securityConfig) authenticates() bool {
-	return c.TrustedCAFile != "" || c.TokenAuthFile != ""
-}
-
 // checkExposure refuses to serve on an address other hosts can reach
 // without TLS and a policy: anyone reaching the port would otherwise write
 // any fence with a token read from etcd or GET /v1/fences.

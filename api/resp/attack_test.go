@@ -291,7 +291,8 @@ func TestAttackTokens(t *testing.T) {
 
 // TestAttackOversized: a bulk string or argument count over the limits is
 // a protocol error that closes the connection; nothing of it runs, and
-// the length is refused before any of its bytes are awaited.
+// the length is refused before any of its bytes are awaited. A client
+// still sending gets to read the error (linger).
 func TestAttackOversized(t *testing.T) {
 	e := newEnv(t, resp.Config{MaxBulkBytes: 1024, MaxArgs: 8, MaxInlineBytes: 256})
 	f := unique("big")
@@ -302,6 +303,9 @@ func TestAttackOversized(t *testing.T) {
 	}{
 		{"bulk", cmd("SET", k, strings.Repeat("x", 1025)), "-ERR Protocol error: bulk length over the limit of 1024"},
 		{"bulk announced", "*3\r\n$3\r\nSET\r\n$" + strconv.Itoa(len(k)) + "\r\n" + k + "\r\n$99999999999\r\n", "-ERR Protocol error: bulk length over the limit"},
+		// Sent whole before the client reads, as redis-cli -x does: the
+		// error must not be lost to a connection reset under the write.
+		{"bulk sent whole", cmd("SET", k, strings.Repeat("x", 16<<20)), "-ERR Protocol error: bulk length over the limit of 1024"},
 		{"args", cmd("MSET", k, "1", k, "2", k, "3", k, "4"), "-ERR Protocol error: multibulk length over the limit of 8"},
 		{"inline", "SET " + k + " " + strings.Repeat("y", 300) + "\r\n", "-ERR Protocol error: too big inline request"},
 		{"not bulk", "*2\r\n:1\r\n:2\r\n", "-ERR Protocol error: expected '$'"},

@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"time"
 
+	"github.com/fencegate/fencegate/api/internal/listen"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -38,13 +38,10 @@ func (c *session) clientLoop() error {
 		}
 		t, body, raw, err := c.cr.next()
 		if err != nil {
-			if tl := (*tooLong)(nil); errors.As(err, &tl) {
+			var tl *tooLong
+			if errors.As(err, &tl) {
 				c.tellFatal(c.refusalOf(tl.Error()))
-				// Read the rest of it, unkept, for a while: a client
-				// still sending it would otherwise fail its write on
-				// the closed connection before it reads why.
-				_ = c.client.SetReadDeadline(time.Now().Add(10 * time.Second))
-				_, _ = c.cr.r.Discard(tl.n)
+				listen.Linger(c.client, c.cr.r, int64(tl.n), listen.LingerTime)
 			}
 			return err
 		}

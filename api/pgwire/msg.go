@@ -14,9 +14,10 @@ import (
 
 // maxMessage bounds one protocol message after startup that fencegate
 // holds whole to read it (Config.MaxMessage): a query, a statement to
-// prepare, a server's answer to fencegate's own statements. PostgreSQL's own limit is
-// 1 GB; a proxy that buffers a message needs a lower one. Messages it
-// passes on without reading (msgReader.streams) have no limit of its own.
+// prepare, a server's answer to fencegate's own statements. PostgreSQL's
+// own limit is 1 GB; a proxy that buffers a message needs a lower one.
+// Messages it passes on without reading (msgReader.streams) have no limit
+// of its own.
 const maxMessage = 256 << 20
 
 // maxAuthMessage bounds a client's message while it is not yet logged in
@@ -75,16 +76,16 @@ func (m *msgReader) next() (typ byte, body, raw []byte, err error) {
 	}
 	typ = hdr[0]
 	n := int(int32(binary.BigEndian.Uint32(hdr[1:5])))
-	if n >= 4 && n+1 > m.r.Size() && strings.IndexByte(m.streams, typ) >= 0 {
+	if n < 4 {
+		return 0, nil, nil, fmt.Errorf("pgwire: message %q of invalid length %d", typ, n)
+	}
+	if n+1 > m.r.Size() && strings.IndexByte(m.streams, typ) >= 0 {
 		raw, err = m.r.Peek(m.r.Size())
 		if err != nil {
 			return 0, nil, nil, unexpectedEOF(err)
 		}
 		m.pending, m.rest = len(raw), n+1-len(raw)
 		return typ, raw[5:], raw, nil
-	}
-	if n < 4 {
-		return 0, nil, nil, fmt.Errorf("pgwire: message %q of invalid length %d", typ, n)
 	}
 	if n-4 > m.limit {
 		return 0, nil, nil, &tooLong{typ: typ, n: n + 1, limit: m.limit}

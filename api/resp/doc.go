@@ -60,10 +60,11 @@
 // inline command. Malformed or oversized input
 // gets -ERR Protocol error and the connection is closed, as Redis does;
 // commands before it in the stream are answered first, nothing after it
-// runs. Before closing, fencegate reads and drops what the client still
-// sends for up to 5 s, so that a client still writing an oversized value
-// reads the error instead of a connection reset. Inline commands split
-// on white space; quotes are refused.
+// runs. Before closing a client's connection, fencegate reads
+// and drops what it still sends for up to 5 s (listen.Linger), so that a
+// client still writing an oversized value reads the error instead of a
+// connection reset. Inline commands split on white space; quotes are
+// refused.
 //
 // What it does not do: SELECT of another database, pub/sub, blocking
 // commands, scripting and administration (refused by the allowlist, as

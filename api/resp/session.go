@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/api/internal/listen"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -153,7 +154,7 @@ func (s *session) fail(err error) error {
 	if errors.As(err, &pe) {
 		s.w.error("ERR Protocol error: " + pe.msg)
 		_ = s.flush()
-		s.linger()
+		listen.Linger(s.conn, s.r.br, -1, listen.LingerTime)
 		return err
 	}
 	if !s.authed && errors.Is(err, os.ErrDeadlineExceeded) {
@@ -166,23 +167,6 @@ func (s *session) fail(err error) error {
 		return nil
 	}
 	return err
-}
-
-// lingerTime bounds how long a connection closing on a protocol error
-// reads what its client still sends.
-const lingerTime = 5 * time.Second
-
-// linger ends the writing side, then reads and drops what the client
-// still sends until it closes, for lingerTime at most, as a web server
-// does before it closes: a client in the middle of writing a command (one
-// over the limits, a large value) would otherwise have the connection
-// reset under it, its error reply lost, before it reads.
-func (s *session) linger() {
-	if cw, ok := s.conn.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-	}
-	_ = s.conn.SetReadDeadline(time.Now().Add(lingerTime))
-	_, _ = s.r.br.WriteTo(io.Discard)
 }
 
 func (s *session) flush() error {

@@ -4,6 +4,7 @@ package listen
 
 import (
 	"errors"
+	"io"
 	"net"
 	"time"
 )
@@ -38,4 +39,26 @@ func (a *Acceptor) Accept(lis net.Listener, closing func() bool) (net.Conn, erro
 		a.delay = min(max(2*a.delay, 5*time.Millisecond), time.Second)
 		time.Sleep(a.delay)
 	}
+}
+
+// LingerTime bounds Linger.
+const LingerTime = 5 * time.Second
+
+// Linger is a listener's last step before it closes conn after an error
+// it has written (a message over its limits): it ends the writing side,
+// then reads and drops from r, conn's reader, up to max bytes (max < 0:
+// until the client closes) for d at most, as a web server lingers before
+// it closes. A client still writing what was refused would otherwise have
+// the connection reset under it, and lose the error before it reads it.
+// Only a logged-in client is worth the time.
+func Linger(conn net.Conn, r io.Reader, max int64, d time.Duration) {
+	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(d))
+	if max < 0 {
+		_, _ = io.Copy(io.Discard, r)
+		return
+	}
+	_, _ = io.CopyN(io.Discard, r, max)
 }

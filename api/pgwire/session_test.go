@@ -404,6 +404,37 @@ func TestStreamedMessages(t *testing.T) {
 			t.Fatalf("got %d rows, want 2", n)
 		}
 	})
+	t.Run("COPY data outside COPY", func(t *testing.T) {
+		// Passed on unread, and ignored by the database as outside a
+		// COPY it ignores all COPY data; the session goes on.
+		conn := e.hijack(t, "streamed", tok)
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		fe := pgproto3.NewFrontend(conn, conn)
+		fe.Send(&pgproto3.CopyData{Data: []byte(large)})
+		fe.Send(&pgproto3.Query{String: "SELECT count(*) FROM streamed"})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		var rows []string
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatalf("after %d rows: %v", len(rows), err)
+			}
+			if dr, ok := m.(*pgproto3.DataRow); ok {
+				rows = append(rows, string(dr.Values[0]))
+			}
+			if er, ok := m.(*pgproto3.ErrorResponse); ok {
+				t.Fatalf("error %s: %s", er.Code, er.Message)
+			}
+			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+				break
+			}
+		}
+		if len(rows) != 1 || rows[0] != "2" {
+			t.Fatalf("got rows %q, want one row of 2", rows)
+		}
+	})
 }
 
 // TestSessionState: LISTEN/NOTIFY, session SET and prepared statements

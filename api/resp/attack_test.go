@@ -73,6 +73,19 @@ func (r *raw) closed() {
 	}
 }
 
+// reset checks the server no longer reads the connection: a client that
+// goes on writing has it reset within two seconds.
+func (r *raw) reset() {
+	r.t.Helper()
+	chunk := make([]byte, 64<<10)
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if _, err := r.c.Write(chunk); err != nil {
+			return
+		}
+	}
+	r.t.Fatal("the server still read what the client sent after closing")
+}
+
 func (r *raw) want(prefix string) {
 	r.t.Helper()
 	if got := r.line(); !strings.HasPrefix(got, prefix) {
@@ -161,7 +174,8 @@ func TestAttackBeforeAuth(t *testing.T) {
 // TestAttackBeforeAuthLimits: before AUTH a command is held to Redis's
 // limits for unauthenticated clients (10 arguments, bulk strings of 16384
 // bytes), so a client nobody has let in cannot make fencegate read and
-// hold a megabyte per connection; after AUTH the configured limits apply.
+// hold a megabyte per connection, nor read what it goes on sending after
+// the error (no linger); after AUTH the configured limits apply.
 func TestAttackBeforeAuthLimits(t *testing.T) {
 	e := newEnv(t, resp.Config{})
 	f := unique("preauth")
@@ -180,6 +194,7 @@ func TestAttackBeforeAuthLimits(t *testing.T) {
 			r.want("+PONG")
 			r.want(tt.want)
 			r.closed()
+			r.reset()
 		})
 	}
 	// The same bulk after AUTH is an ordinary argument.

@@ -60,7 +60,7 @@
 // inline command. Malformed or oversized input
 // gets -ERR Protocol error and the connection is closed, as Redis does;
 // commands before it in the stream are answered first, nothing after it
-// runs. Before closing a client's connection, fencegate reads
+// runs. Before closing a logged-in client's connection, fencegate reads
 // and drops what it still sends for up to 5 s (listen.Linger), so that a
 // client still writing an oversized value reads the error instead of a
 // connection reset. Inline commands split on white space; quotes are

@@ -154,7 +154,9 @@ func (s *session) fail(err error) error {
 	if errors.As(err, &pe) {
 		s.w.error("ERR Protocol error: " + pe.msg)
 		_ = s.flush()
-		listen.Linger(s.conn, s.r.br, -1, listen.LingerTime)
+		if s.authed {
+			listen.Linger(s.conn, s.r.br, -1, listen.LingerTime)
+		}
 		return err
 	}
 	if !s.authed && errors.Is(err, os.ErrDeadlineExceeded) {

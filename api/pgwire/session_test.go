@@ -404,6 +404,48 @@ func TestStreamedMessages(t *testing.T) {
 			t.Fatalf("got %d rows, want 2", n)
 		}
 	})
+	t.Run("client gone in the middle of a large Bind", func(t *testing.T) {
+		// Part of the Bind has reached the database when the client
+		// leaves: the server connection closes, so the open transaction
+		// (an INSERT in it) is rolled back, not left holding the row's
+		// locks for the next caller.
+		conn := e.hijack(t, "streamed", tok)
+		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+		fe := pgproto3.NewFrontend(conn, conn)
+		fe.Send(&pgproto3.Query{String: "BEGIN; INSERT INTO streamed (v) VALUES ('gone'); SELECT pg_backend_pid()"})
+		if err := fe.Flush(); err != nil {
+			t.Fatal(err)
+		}
+		pid := ""
+		for {
+			m, err := fe.Receive()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if dr, ok := m.(*pgproto3.DataRow); ok {
+				pid = string(dr.Values[0])
+			}
+			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
+				break
+			}
+		}
+		parse, err := (&pgproto3.Parse{Query: "INSERT INTO streamed (v) VALUES ($1)"}).Encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		bind, err := (&pgproto3.Bind{Parameters: [][]byte{[]byte(large)}}).Encode(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := conn.Write(append(parse, bind[:len(bind)/2]...)); err != nil {
+			t.Fatal(err)
+		}
+		conn.Close()
+		e.waitFor(t, "SELECT 1 - count(*) FROM pg_stat_activity WHERE pid = $1::int", pid)
+		if n := e.count(t, "streamed"); n != 2 {
+			t.Fatalf("got %d rows, want 2", n)
+		}
+	})
 	t.Run("COPY data outside COPY", func(t *testing.T) {
 		// Passed on unread, and ignored by the database as outside a
 		// COPY it ignores all COPY data; the session goes on.

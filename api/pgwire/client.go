@@ -175,6 +175,30 @@ func (c *session) localHere(vd *verdict) bool {
 	return c.fresh && (c.segStatus == 'I' || vd.kind == kindShow && c.segStatus == 'T')
 }
 
+// aborted says vd, a statement fencegate answers, comes first in a
+// segment that starts in a failed block, where PostgreSQL refuses every
+// statement but those that end the block (25P02): SHOW fencegate.*, which
+// has no other reason to fail there. (A SET of the token is refused
+// anywhere in a block, whySetTokenExt.)
+func (c *session) aborted(vd *verdict) bool {
+	return vd.kind == kindShow && c.fresh && c.segStatus == 'E'
+}
+
+// abortedSegment fails the segment as the server fails a statement in a
+// failed block: it sends a Parse of a SHOW under fencegate's own name,
+// which the server refuses (25P02) without making the statement, passes
+// that error on, and skips the rest of the segment up to its Sync, as the
+// server skips it after an error.
+func (c *session) abortedSegment() error {
+	c.swallow = true
+	c.out = appendParse(c.out[:0], "fencegate_refused", "SHOW fencegate.token")
+	c.push(reply{msg: 'P', own: ownAborted, chg: -1})
+	if _, err := c.sw.Write(c.out); err != nil {
+		return err
+	}
+	return c.sw.Flush()
+}
+
 // serverHolds says the server holds a prepared statement the client
 // made with Parse under name (fencegate's own answered ones aside).
 func (c *session) serverHolds(name []byte) bool {
@@ -393,6 +417,8 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			why = whyProcExtended
 		case reservedName(string(name)):
 			why = whyName
+		case c.aborted(vd):
+			return c.abortedSegment()
 		case vd.local() && len(name) != 0 && c.serverHolds(name):
 			// fencegate would judge SQL EXECUTE of the name by its own
 			// statement while the server ran its own (a COMMIT, say).
@@ -418,6 +444,9 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		}
 		vd = c.lookup('P', 's', stmt)
 		if vd != nil && vd.local() {
+			if c.aborted(vd) {
+				return c.abortedSegment()
+			}
 			if len(portal) == 0 && c.localHere(vd) {
 				c.startLocal(vd, string(stmt))
 				return c.localSegment(t, body)
@@ -438,6 +467,9 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			return errors.New("pgwire: bad Describe message")
 		}
 		if vd := c.lookup('P', 's', name); vd != nil && vd.local() {
+			if c.aborted(vd) {
+				return c.abortedSegment()
+			}
 			if c.localHere(vd) {
 				c.startLocal(vd, string(name))
 				return c.localSegment(t, body)

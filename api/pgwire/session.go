@@ -28,6 +28,7 @@ const (
 	ownClient  own = iota // the client's: replies pass through
 	ownCheck              // fencegate's fence check: replies dropped, its error is the refusal
 	ownRefusal            // fails on purpose in place of a refused message: its error is rewritten
+	ownAborted            // fails in a failed block, as the message in its place would: its error passes through
 )
 
 // reply is one entry of the outstanding-request queue: a message sent to

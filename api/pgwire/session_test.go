@@ -758,6 +758,9 @@ func TestTempTablesAndShow(t *testing.T) {
 		t.Fatalf("commit after SHOW: %v", err)
 	}
 	// In a failed block, as every statement but those ending it: 25P02.
+	if _, err := c.PgConn().Prepare(ctx, "show_before", "SHOW fencegate.token", nil); err != nil {
+		t.Fatal(err)
+	}
 	tx, err = c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -767,8 +770,22 @@ func TestTempTablesAndShow(t *testing.T) {
 	}
 	_, err = tx.Exec(ctx, "SHOW fencegate.token", pgx.QueryExecModeSimpleProtocol)
 	wantCode(t, err, "25P02")
+	// The same in the extended protocol: a Parse of it, unnamed or named,
+	// and a Bind of one fencegate answered before the block. (pgx's Exec
+	// without arguments is a simple Query whatever the mode.)
+	pc := c.PgConn()
+	for _, name := range []string{"", "show_in_block"} {
+		_, err = pc.Prepare(ctx, name, "SHOW fencegate.fence", nil)
+		wantCode(t, err, "25P02")
+	}
+	_, err = pc.ExecPrepared(ctx, "show_before", nil, nil, nil).Close()
+	wantCode(t, err, "25P02")
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
+	}
+	res := c.PgConn().ExecPrepared(ctx, "show_before", nil, nil, nil).Read()
+	if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != fmt.Sprint(tok) {
+		t.Errorf("SHOW fencegate.token prepared before the failed block, after it: got %q, %v, want %d", res.Rows, res.Err, tok)
 	}
 	// pgx's default: a named prepared statement (TestExtendedSetAndShow).
 	var s string

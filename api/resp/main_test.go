@@ -92,6 +92,12 @@ func newEnvWith(t *testing.T, cfg resp.Config, opts proxy.Options) *env {
 // newEnvRedis is newEnvWith with the Redis backend's configuration.
 func newEnvRedis(t *testing.T, cfg resp.Config, opts proxy.Options, rcfg redis.Config) *env {
 	t.Helper()
+	return newEnvAt(t, cfg, opts, rcfg, redisServer.Addr())
+}
+
+// newEnvAt is newEnvRedis in front of the Redis server at addr.
+func newEnvAt(t *testing.T, cfg resp.Config, opts proxy.Options, rcfg redis.Config, addr string) *env {
+	t.Helper()
 	ctx := t.Context()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
@@ -112,7 +118,7 @@ func newEnvRedis(t *testing.T, cfg resp.Config, opts proxy.Options, rcfg redis.C
 			t.Fatal("watch not synced")
 		}
 	}
-	rd, err := redis.Open(ctx, redisServer.Addr(), rcfg)
+	rd, err := redis.Open(ctx, addr, rcfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +145,7 @@ func newEnvRedis(t *testing.T, cfg resp.Config, opts proxy.Options, rcfg redis.C
 		<-done
 	})
 	_, port, _ := net.SplitHostPort(lis.Addr().String())
-	return &env{addr: lis.Addr().String(), port: port, cli: cli, admin: plainClient(t, redisServer.Addr(), "", ""), srv: srv}
+	return &env{addr: lis.Addr().String(), port: port, cli: cli, admin: plainClient(t, addr, "", ""), srv: srv}
 }
 
 // plainClient is a go-redis client as a user would configure it.

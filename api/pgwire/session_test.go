@@ -409,26 +409,13 @@ func TestStreamedMessages(t *testing.T) {
 		// leaves: the server connection closes, so the open transaction
 		// (an INSERT in it) is rolled back, not left holding the row's
 		// locks for the next caller.
-		conn := e.hijack(t, "streamed", tok)
-		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-		fe := pgproto3.NewFrontend(conn, conn)
-		fe.Send(&pgproto3.Query{String: "BEGIN; INSERT INTO streamed (v) VALUES ('gone'); SELECT pg_backend_pid()"})
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
+		conn, fe := e.send(t, "streamed", tok,
+			&pgproto3.Query{String: "BEGIN; INSERT INTO streamed (v) VALUES ('gone'); SELECT pg_backend_pid()"})
+		rows := receiveRows(t, fe)
+		if len(rows) != 1 {
+			t.Fatalf("got rows %q, want the backend's pid", rows)
 		}
-		pid := ""
-		for {
-			m, err := fe.Receive()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if dr, ok := m.(*pgproto3.DataRow); ok {
-				pid = string(dr.Values[0])
-			}
-			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-				break
-			}
-		}
+		pid := rows[0]
 		parse, err := (&pgproto3.Parse{Query: "INSERT INTO streamed (v) VALUES ($1)"}).Encode(nil)
 		if err != nil {
 			t.Fatal(err)
@@ -449,34 +436,49 @@ func TestStreamedMessages(t *testing.T) {
 	t.Run("COPY data outside COPY", func(t *testing.T) {
 		// Passed on unread, and ignored by the database as outside a
 		// COPY it ignores all COPY data; the session goes on.
-		conn := e.hijack(t, "streamed", tok)
-		_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
-		fe := pgproto3.NewFrontend(conn, conn)
-		fe.Send(&pgproto3.CopyData{Data: []byte(large)})
-		fe.Send(&pgproto3.Query{String: "SELECT count(*) FROM streamed"})
-		if err := fe.Flush(); err != nil {
-			t.Fatal(err)
-		}
-		var rows []string
-		for {
-			m, err := fe.Receive()
-			if err != nil {
-				t.Fatalf("after %d rows: %v", len(rows), err)
-			}
-			if dr, ok := m.(*pgproto3.DataRow); ok {
-				rows = append(rows, string(dr.Values[0]))
-			}
-			if er, ok := m.(*pgproto3.ErrorResponse); ok {
-				t.Fatalf("error %s: %s", er.Code, er.Message)
-			}
-			if _, ok := m.(*pgproto3.ReadyForQuery); ok {
-				break
-			}
-		}
-		if len(rows) != 1 || rows[0] != "2" {
+		_, fe := e.send(t, "streamed", tok,
+			&pgproto3.CopyData{Data: []byte(large)}, &pgproto3.Query{String: "SELECT count(*) FROM streamed"})
+		if rows := receiveRows(t, fe); len(rows) != 1 || rows[0] != "2" {
 			t.Fatalf("got rows %q, want one row of 2", rows)
 		}
 	})
+}
+
+// send opens a connection of fence with token tok, logged in, and sends
+// msgs on it by hand; the connection's deadline is 30 s away.
+func (e *env) send(t *testing.T, fence string, tok uint64, msgs ...pgproto3.FrontendMessage) (net.Conn, *pgproto3.Frontend) {
+	t.Helper()
+	conn := e.hijack(t, fence, tok)
+	_ = conn.SetDeadline(time.Now().Add(30 * time.Second))
+	fe := pgproto3.NewFrontend(conn, conn)
+	for _, m := range msgs {
+		fe.Send(m)
+	}
+	if err := fe.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	return conn, fe
+}
+
+// receiveRows reads the answers to a Query up to ReadyForQuery and returns
+// the first column of its rows; an error answer fails the test.
+func receiveRows(t *testing.T, fe *pgproto3.Frontend) []string {
+	t.Helper()
+	var rows []string
+	for {
+		m, err := fe.Receive()
+		if err != nil {
+			t.Fatalf("after %d rows: %v", len(rows), err)
+		}
+		switch m := m.(type) {
+		case *pgproto3.DataRow:
+			rows = append(rows, string(m.Values[0]))
+		case *pgproto3.ErrorResponse:
+			t.Fatalf("error %s: %s", m.Code, m.Message)
+		case *pgproto3.ReadyForQuery:
+			return rows
+		}
+	}
 }
 
 // TestSessionState: LISTEN/NOTIFY, session SET and prepared statements

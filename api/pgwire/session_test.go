@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -783,6 +784,48 @@ func TestTempTablesAndShow(t *testing.T) {
 	_, err = pc.ExecPrepared(ctx, "show_before", nil, nil, nil).Close()
 	wantCode(t, err, "25P02")
 	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Pipelined behind the statement that fails the block, each segment
+	// waiting for the one before: every answer in order.
+	if err := pc.Exec(ctx, "BEGIN").Close(); err != nil {
+		t.Fatal(err)
+	}
+	p := pc.StartPipeline(ctx)
+	p.SendQueryParams("SELECT 1/0", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendPrepare("", "SHOW fencegate.token", nil)
+	p.SendPipelineSync()
+	p.SendQueryPrepared("show_before", nil, nil, nil)
+	p.SendPipelineSync()
+	p.SendQueryParams("SELECT 1", nil, nil, nil, nil)
+	p.SendPipelineSync()
+	if err := p.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for range 8 {
+		res, err := p.GetResults()
+		if rr, ok := res.(*pgconn.ResultReader); ok {
+			_, err = rr.Close()
+		}
+		switch {
+		case err != nil:
+			got = append(got, wantCodeOf(err))
+		case res == nil:
+			got = append(got, "nothing")
+		default:
+			got = append(got, fmt.Sprintf("%T", res))
+		}
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	const sync = "*pgconn.PipelineSync"
+	if want := []string{"22012", sync, "25P02", sync, "25P02", sync, "25P02", sync}; !slices.Equal(got, want) {
+		t.Errorf("pipelined in a failed block: got %q, want %q", got, want)
+	}
+	if err := pc.Exec(ctx, "ROLLBACK").Close(); err != nil {
 		t.Fatal(err)
 	}
 	res := c.PgConn().ExecPrepared(ctx, "show_before", nil, nil, nil).Read()

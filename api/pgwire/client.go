@@ -185,18 +185,10 @@ func (c *session) aborted(vd *verdict) bool {
 }
 
 // abortedSegment fails the segment as the server fails a statement in a
-// failed block: it sends a Parse of a SHOW under fencegate's own name,
-// which the server refuses (25P02) without making the statement, passes
-// that error on, and skips the rest of the segment up to its Sync, as the
-// server skips it after an error.
+// failed block: a Parse of a SHOW, which the server refuses (25P02)
+// without making the statement, and whose error passes on.
 func (c *session) abortedSegment() error {
-	c.swallow = true
-	c.out = appendParse(c.out[:0], "fencegate_refused", "SHOW fencegate.token")
-	c.push(reply{msg: 'P', own: ownAborted, chg: -1})
-	if _, err := c.sw.Write(c.out); err != nil {
-		return err
-	}
-	return c.sw.Flush()
+	return c.failSegment("SHOW fencegate.token", reply{msg: 'P', own: ownAborted, chg: -1})
 }
 
 // serverHolds says the server holds a prepared statement the client
@@ -724,13 +716,21 @@ func (c *session) check() error {
 // itself; else a Parse the server fails takes the refused message's
 // place, so the server fails the transaction and skips to Sync.
 func (c *session) refuseSegment(r *tokens.RefusalError) error {
-	c.swallow = true
 	if c.idleStart() {
-		c.localRFQ = true
+		c.swallow, c.localRFQ = true, true
 		return c.answer(c.cerr(r))
 	}
-	c.out = appendParse(c.out[:0], "fencegate_refused", "fencegate refused")
-	c.push(reply{msg: 'P', own: ownRefusal, why: r, chg: -1})
+	return c.failSegment("fencegate refused", reply{msg: 'P', own: ownRefusal, why: r, chg: -1})
+}
+
+// failSegment sends the server, in place of the rest of the segment, a
+// Parse of sql under fencegate's own name that it fails, g being its entry
+// in the queue, and skips the client's messages up to the segment's Sync,
+// as the server skips its own after an error.
+func (c *session) failSegment(sql string, g reply) error {
+	c.swallow = true
+	c.out = appendParse(c.out[:0], "fencegate_refused", sql)
+	c.push(g)
 	if _, err := c.sw.Write(c.out); err != nil {
 		return err
 	}

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/fencegate/fencegate/api/internal/listen"
 	"github.com/fencegate/fencegate/api/pgwire"
 )
 
@@ -400,6 +401,38 @@ func TestStreamedMessages(t *testing.T) {
 		var pe *pgconn.PgError
 		if !errors.As(err, &pe) || pe.Code != "FG006" || pe.Severity != "FATAL" || !strings.Contains(pe.Message, "over fencegate's limit of 1048576 bytes") {
 			t.Fatalf("a 3 MiB Query with a 1 MiB limit: got %v, want FATAL FG006 naming the limit", err)
+		}
+		if n := e.count(t, "streamed"); n != 2 {
+			t.Fatalf("got %d rows, want 2", n)
+		}
+	})
+	t.Run("a statement over the limit, the rest never sent", func(t *testing.T) {
+		// The client reads the FATAL and the end of the stream at once;
+		// fencegate waits for the rest of the message at most
+		// listen.LingerTime, then its transaction ends with the
+		// connection: a client cannot hold it open by stalling.
+		conn, fe := e.send(t, "streamed", tok,
+			&pgproto3.Query{String: "BEGIN; INSERT INTO streamed (v) VALUES ('stalled'); SELECT pg_backend_pid()"})
+		rows := receiveRows(t, fe)
+		if len(rows) != 1 {
+			t.Fatalf("got rows %q, want the backend's pid", rows)
+		}
+		head := []byte{'Q', 0, 0, 0, 0}
+		binary.BigEndian.PutUint32(head[1:], uint32(4+len(large)+1))
+		if _, err := conn.Write(append(head, large[:1024]...)); err != nil {
+			t.Fatal(err)
+		}
+		start := time.Now()
+		m, err := fe.Receive()
+		if er, ok := m.(*pgproto3.ErrorResponse); err != nil || !ok || er.Severity != "FATAL" || er.Code != "FG006" {
+			t.Fatalf("a stalled 3 MiB Query: got %#v, %v, want FATAL FG006", m, err)
+		}
+		if _, err := fe.Receive(); !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			t.Fatalf("after the FATAL: got %v, want the end of the stream", err)
+		}
+		e.waitFor(t, "SELECT 1 - count(*) FROM pg_stat_activity WHERE pid = $1::int", rows[0])
+		if waited := time.Since(start); waited > listen.LingerTime+3*time.Second {
+			t.Errorf("the backend ended %v after the FATAL, want within about %v", waited, listen.LingerTime)
 		}
 		if n := e.count(t, "streamed"); n != 2 {
 			t.Fatalf("got %d rows, want 2", n)

@@ -14,6 +14,9 @@ have protoc || missing+=(protobuf-compiler)
 [[ -f /usr/include/google/protobuf/struct.proto ]] || missing+=(libprotobuf-dev)
 # Throwaway Redis servers for tests and `fencegate dev`.
 have redis-server || missing+=(redis-server)
+# redis-benchmark, the client of fencebench's redisbench part (Debian's redis-server
+# pulls it in).
+have redis-benchmark || missing+=(redis-tools)
 # etcdctl for the walkthrough (etcd itself is embedded in the binary).
 have etcdctl || missing+=(etcd-client)
 # A real etcd 3.4 server, for the test of an idle election watch on it.

@@ -90,7 +90,7 @@ func parseConfig(args []string) (config, error) {
 	fs.DurationVar(&cfg.warmup, "warmup", 0, "warm-up before each load (default 1s, quick 300ms)")
 	fs.IntVar(&cfg.reps, "reps", 0, "repetitions of each load, paths interleaved (default 2, quick 1)")
 	fs.StringVar(&cfg.paths, "paths", "", "comma-separated paths to measure (default all: "+strings.Join(allPaths, ",")+"; a -secure path goes through a second gateway with TLS, client certificates and a policy)")
-	fs.StringVar(&cfg.only, "only", "", "comma-separated parts to run: load,sqlcheck,stale,pgbench,propagation,failover,elections (default all)")
+	fs.StringVar(&cfg.only, "only", "", "comma-separated parts to run: load,sqlcheck,stale,pgbench,redisbench,propagation,failover,elections (default all)")
 	fs.IntVar(&cfg.killTrials, "kill-trials", 0, "failover trials with a leader SIGKILL (default 20, quick 3)")
 	fs.IntVar(&cfg.resignTrials, "resign-trials", 0, "failover trials with a resigning leader (default 50, quick 10)")
 	fs.IntVar(&cfg.propTrials, "propagation-trials", 0, "term propagation trials (default 100, quick 20)")
@@ -158,7 +158,7 @@ func parseConfig(args []string) (config, error) {
 	}
 	for _, p := range splitList(cfg.only) {
 		switch p {
-		case "load", "sqlcheck", "stale", "pgbench", "propagation", "failover", "elections":
+		case "load", "sqlcheck", "stale", "pgbench", "redisbench", "propagation", "failover", "elections":
 		default:
 			return cfg, fmt.Errorf("--only: unknown part %q", p)
 		}

@@ -22,16 +22,20 @@ import (
 // fenced by hand) and through pgbouncer, on the servers of the run.
 // pgbench passes the fence and token to fencegate in PGOPTIONS, one fence
 // per pgbench process, so all its clients write to one (hot) fence.
+// pgbench-bouncer-fenced sends pgbench-direct-fenced's pipeline through
+// pgbouncer: the same transaction as fencegate's, through the peer. The
+// p50 and p99 come from pgbench's log of every transaction (-l).
 
 // The pgbench targets, in report order.
 const (
-	pgbenchDirectPlain  = "pgbench-direct-plain"
-	pgbenchDirectFenced = "pgbench-direct-fenced"
-	pgbenchWire         = "pgbench-wire"
-	pgbenchBouncer      = "pgbench-bouncer"
+	pgbenchDirectPlain   = "pgbench-direct-plain"
+	pgbenchDirectFenced  = "pgbench-direct-fenced"
+	pgbenchWire          = "pgbench-wire"
+	pgbenchBouncer       = "pgbench-bouncer"
+	pgbenchBouncerFenced = "pgbench-bouncer-fenced"
 )
 
-var pgbenchTargets = []string{pgbenchDirectPlain, pgbenchDirectFenced, pgbenchWire, pgbenchBouncer}
+var pgbenchTargets = []string{pgbenchDirectPlain, pgbenchDirectFenced, pgbenchWire, pgbenchBouncer, pgbenchBouncerFenced}
 
 const pgbenchFence = "bench-pgbench"
 
@@ -67,6 +71,9 @@ func (b *bench) pgbenchCommand(target, dir string, clients int, token int64) pgb
 		env = append(env, fmt.Sprintf("PGOPTIONS=-c fencegate.fence=%s -c fencegate.token=%d", pgbenchFence, token))
 	case pgbenchBouncer:
 		host, port = hostPort(b.env.bouncer.addr)
+	case pgbenchBouncerFenced:
+		host, port = hostPort(b.env.bouncer.addr)
+		script = filepath.Join(dir, "fenced.sql")
 	}
 	// At least 5 s: pgbench's clock runs while it connects its clients
 	// (64 take a while on a loaded machine), and fencegate's connection
@@ -125,7 +132,7 @@ func (b *bench) runPgbench(ctx context.Context) error {
 		return err
 	}
 	for _, n := range b.cfg.clients {
-		type obs struct{ tps, lat, cpu []float64 }
+		type obs struct{ tps, lat, p50, p99, cpu []float64 }
 		got := map[string]*obs{}
 		lines := map[string]string{}
 		for rep := range b.cfg.reps {
@@ -143,43 +150,57 @@ func (b *bench) runPgbench(ctx context.Context) error {
 				switch t {
 				case pgbenchWire:
 					pid = b.env.gate.pid()
-				case pgbenchBouncer:
+				case pgbenchBouncer, pgbenchBouncerFenced:
 					pid = b.env.bouncer.pid()
 				}
-				tps, lat, cpu, err := runPgbenchOnce(ctx, run, pid)
+				f, err := runPgbenchOnce(ctx, run, pid)
 				if err != nil {
 					return fmt.Errorf("%s, %d clients: %w", t, n, err)
 				}
 				if got[t] == nil {
 					got[t] = &obs{}
 				}
-				got[t].tps = append(got[t].tps, tps)
-				got[t].lat = append(got[t].lat, lat)
+				o := got[t]
+				o.tps, o.lat = append(o.tps, f.tps), append(o.lat, f.lat)
+				o.p50, o.p99 = append(o.p50, f.p50), append(o.p99, f.p99)
 				if pid != 0 {
-					got[t].cpu = append(got[t].cpu, cpu)
+					o.cpu = append(o.cpu, f.cpu)
 				}
 			}
 		}
 		for _, t := range pgbenchTargets {
 			o := got[t]
-			r := result{Scenario: "pgbench", Path: t, Clients: n, OpsPerSec: median(o.tps), AvgUs: round1(median(o.lat)), Note: lines[t]}
+			r := result{Scenario: "pgbench", Path: t, Clients: n, OpsPerSec: median(o.tps), AvgUs: round1(median(o.lat)),
+				P50us: round1(median(o.p50)), P99us: round1(median(o.p99)), Note: lines[t]}
 			if len(o.cpu) > 0 {
 				c := median(o.cpu)
 				r.CPUusPerOp = &c
 			}
 			b.emit(r)
-			logf("pgbench   %3d clients %-22s %9.0f tps  latency average %7.1f µs", n, t, r.OpsPerSec, r.AvgUs)
+			logf("pgbench   %3d clients %-22s %9.0f tps  latency average %7.1f µs  p50 %7.1f µs", n, t, r.OpsPerSec, r.AvgUs, r.P50us)
 		}
 	}
 	return nil
 }
 
-// runPgbenchOnce runs pgbench and returns its tps (without the initial
-// connection time), the average latency in µs that tps gives (clients /
-// tps: pgbench's own average counts the connection time in), and the CPU
-// µs per transaction of process pid (the proxy) over the run.
-func runPgbenchOnce(ctx context.Context, run pgbenchRun, pid int) (tps, lat, cpuPerTx float64, err error) {
-	cmd := exec.CommandContext(ctx, "pgbench", run.args...)
+// pgbenchFigures is what one pgbench run measured: its tps (without the
+// initial connection time), the average latency in µs that tps gives
+// (clients / tps: pgbench's own average counts the connection time in),
+// the p50 and p99 of its log of every transaction, and the CPU µs per
+// transaction of the proxy over the run.
+type pgbenchFigures struct{ tps, lat, p50, p99, cpu float64 }
+
+// runPgbenchOnce runs pgbench, logging every transaction (-l) in a
+// directory of its own, and reads its figures. pid is the proxy's, or 0.
+func runPgbenchOnce(ctx context.Context, run pgbenchRun, pid int) (pgbenchFigures, error) {
+	var f pgbenchFigures
+	logDir, err := os.MkdirTemp("", "fencebench-pgbench-log-")
+	if err != nil {
+		return f, err
+	}
+	defer os.RemoveAll(logDir)
+	cmd := exec.CommandContext(ctx, "pgbench", append(slices.Clone(run.args[:len(run.args)-1]), "-l", "--log-prefix=tx", run.args[len(run.args)-1])...)
+	cmd.Dir = logDir
 	env := []string{"PGSSLMODE=disable"}
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "PG") {
@@ -193,32 +214,70 @@ func runPgbenchOnce(ctx context.Context, run pgbenchRun, pid int) (tps, lat, cpu
 	}
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		return 0, 0, 0, fmt.Errorf("%s: %w: %s", run.shellLine(), err, truncate(strings.TrimSpace(string(out)), 400))
+		return f, fmt.Errorf("%s: %w: %s", run.shellLine(), err, truncate(strings.TrimSpace(string(out)), 400))
 	}
 	m := reTPS.FindSubmatch(out)
 	mc := reClients.FindSubmatch(out)
 	if m == nil || mc == nil {
-		return 0, 0, 0, fmt.Errorf("cannot read pgbench's output: %s", truncate(string(out), 400))
+		return f, fmt.Errorf("cannot read pgbench's output: %s", truncate(string(out), 400))
 	}
 	if mt := reTxns.FindSubmatch(out); mt != nil && string(mt[1]) == "0" {
-		return 0, 0, 0, fmt.Errorf("no transaction completed in the time left after connecting (a longer --duration helps): %s", truncate(string(out), 400))
+		return f, fmt.Errorf("no transaction completed in the time left after connecting (a longer --duration helps): %s", truncate(string(out), 400))
 	}
-	if f := reFailed.FindSubmatch(out); f != nil && string(f[1]) != "0" {
-		return 0, 0, 0, fmt.Errorf("%s failed transactions: %s", f[1], truncate(string(out), 400))
+	if fl := reFailed.FindSubmatch(out); fl != nil && string(fl[1]) != "0" {
+		return f, fmt.Errorf("%s failed transactions: %s", fl[1], truncate(string(out), 400))
 	}
-	tps, _ = strconv.ParseFloat(string(m[1]), 64)
-	if clients, _ := strconv.ParseFloat(string(mc[1]), 64); tps > 0 {
-		lat = clients / tps * 1e6
+	f.tps, _ = strconv.ParseFloat(string(m[1]), 64)
+	if clients, _ := strconv.ParseFloat(string(mc[1]), 64); f.tps > 0 {
+		f.lat = clients / f.tps * 1e6
 	}
 	if pid != 0 {
 		cpu1, _ := cpuTime(pid)
 		if mt := reTxns.FindSubmatch(out); mt != nil {
 			if n, _ := strconv.ParseFloat(string(mt[1]), 64); n > 0 {
-				cpuPerTx = round1(us(cpu1-cpu0) / n)
+				f.cpu = round1(us(cpu1-cpu0) / n)
 			}
 		}
 	}
-	return tps, lat, cpuPerTx, nil
+	lats, err := pgbenchLatencies(logDir)
+	if err != nil {
+		return f, fmt.Errorf("%s: %w", run.shellLine(), err)
+	}
+	f.p50, f.p99 = us(percentile(lats, 0.50)), us(percentile(lats, 0.99))
+	return f, nil
+}
+
+// pgbenchLatencies reads the latency (ns, sorted) of every transaction in the
+// logs pgbench -l wrote in dir: one file per thread, one line per
+// transaction, "client_id transaction_no time script_no time_epoch time_us".
+func pgbenchLatencies(dir string) ([]int64, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "tx.*"))
+	if err != nil || len(files) == 0 {
+		return nil, fmt.Errorf("pgbench -l wrote no log in %s", dir)
+	}
+	var lats []int64
+	for _, name := range files {
+		b, err := os.ReadFile(name)
+		if err != nil {
+			return nil, err
+		}
+		for line := range strings.Lines(string(b)) {
+			fs := strings.Fields(line)
+			if len(fs) < 3 {
+				continue
+			}
+			v, err := strconv.ParseInt(fs[2], 10, 64)
+			if err != nil {
+				return nil, fmt.Errorf("%s: cannot read the latency of %q", name, strings.TrimSpace(line))
+			}
+			lats = append(lats, v*int64(time.Microsecond))
+		}
+	}
+	if len(lats) == 0 {
+		return nil, fmt.Errorf("pgbench -l logged no transaction in %s", dir)
+	}
+	slices.Sort(lats)
+	return lats, nil
 }
 
 // pgbenchRows are the pgbench part's results.
@@ -241,6 +300,14 @@ func (r *report) pgbenchRatio(x result, other string) string {
 	return fmt.Sprintf("%.2f", x.OpsPerSec/y.OpsPerSec)
 }
 
+const pgbenchHeader = "pgbench\tclients\ttps\t× direct-fenced\t× bouncer\t× bouncer-fenced\tlatency avg µs\tp50 µs\tp99 µs\tproxy CPU µs/tx\t"
+
+func (r *report) pgbenchCells(x result) []string {
+	return []string{x.Path, strconv.Itoa(x.Clients), fmt.Sprintf("%.0f", x.OpsPerSec),
+		r.pgbenchRatio(x, pgbenchDirectFenced), r.pgbenchRatio(x, pgbenchBouncer), r.pgbenchRatio(x, pgbenchBouncerFenced),
+		fmt.Sprintf("%.1f", x.AvgUs), fmt.Sprintf("%.0f", x.P50us), fmt.Sprintf("%.0f", x.P99us), optf(x.CPUusPerOp, 1)}
+}
+
 func (r *report) printPgbench(w io.Writer) {
 	rows := r.pgbenchRows()
 	if len(rows) == 0 {
@@ -248,10 +315,9 @@ func (r *report) printPgbench(w io.Writer) {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "pgbench\tclients\ttps\t× direct-fenced\t× bouncer\tlatency avg µs\tproxy CPU µs/tx\t")
+	fmt.Fprintln(tw, pgbenchHeader)
 	for _, x := range rows {
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%s\t%s\t%.1f\t%s\t\n", x.Path, x.Clients, x.OpsPerSec,
-			r.pgbenchRatio(x, pgbenchDirectFenced), r.pgbenchRatio(x, pgbenchBouncer), x.AvgUs, optf(x.CPUusPerOp, 1))
+		fmt.Fprintln(tw, strings.Join(r.pgbenchCells(x), "\t")+"\t")
 	}
 	tw.Flush()
 }
@@ -261,12 +327,12 @@ func (r *report) markdownPgbench(w io.Writer) {
 	if len(rows) == 0 {
 		return
 	}
-	fmt.Fprintln(w, "\npgbench (`-M prepared`, one INSERT per transaction, median of the repetitions; latency avg is clients / tps; the commands are below):")
-	fmt.Fprintln(w, "\n| pgbench | clients | tps | × direct-fenced | × bouncer | latency avg µs | proxy CPU µs/tx |")
-	fmt.Fprintln(w, "|---|--:|--:|--:|--:|--:|--:|")
+	fmt.Fprintln(w, "\npgbench (`-M prepared`, one INSERT per transaction, one hot fence, median of the repetitions; latency avg is clients / tps, p50 and p99 from pgbench's log of every transaction; the commands are below):")
+	head := strings.Split(strings.TrimSuffix(pgbenchHeader, "\t"), "\t")
+	fmt.Fprintln(w, "\n| "+strings.Join(head, " | ")+" |")
+	fmt.Fprintln(w, "|---|"+strings.Repeat("--:|", len(head)-1))
 	for _, x := range rows {
-		fmt.Fprintf(w, "| %s | %d | %.0f | %s | %s | %.1f | %s |\n", x.Path, x.Clients, x.OpsPerSec,
-			r.pgbenchRatio(x, pgbenchDirectFenced), r.pgbenchRatio(x, pgbenchBouncer), x.AvgUs, optf(x.CPUusPerOp, 1))
+		fmt.Fprintln(w, "| "+strings.Join(r.pgbenchCells(x), " | ")+" |")
 	}
 	fmt.Fprintln(w, "\n```sh")
 	for _, x := range rows {
@@ -275,4 +341,39 @@ func (r *report) markdownPgbench(w io.Writer) {
 		}
 	}
 	fmt.Fprintln(w, "```")
+}
+
+// pgbenchGoals are issue 13's goals measured with pgbench (one hot fence).
+func (r *report) pgbenchGoals() []goal {
+	if len(r.pgbenchRows()) == 0 {
+		return nil
+	}
+	var gs []goal
+	vs := func(path, other string, clients int, min float64) {
+		name := fmt.Sprintf("pgbench: %s ≥ %.2f × %s, %d clients", path, min, other, clients)
+		x, ok1 := r.find("pgbench", path, clients)
+		y, ok2 := r.find("pgbench", other, clients)
+		if !ok1 || !ok2 || y.OpsPerSec == 0 {
+			gs = append(gs, goal{name: name, value: "not measured"})
+			return
+		}
+		q := x.OpsPerSec / y.OpsPerSec
+		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.2f", q), state: check(q >= min)})
+	}
+	for _, n := range []int{16, 64} {
+		vs(pgbenchWire, pgbenchDirectFenced, n, 0.85)
+	}
+	for _, n := range []int{1, 16, 64} {
+		vs(pgbenchWire, pgbenchBouncer, n, 1)
+	}
+	name := "pgbench: added p50 of " + pgbenchWire + " over " + pgbenchDirectFenced + " ≤ 60 µs, 1 client"
+	x, ok1 := r.find("pgbench", pgbenchWire, 1)
+	y, ok2 := r.find("pgbench", pgbenchDirectFenced, 1)
+	if ok1 && ok2 {
+		d := x.P50us - y.P50us
+		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.0f µs", d), state: check(d <= 60)})
+	} else {
+		gs = append(gs, goal{name: name, value: "not measured"})
+	}
+	return gs
 }

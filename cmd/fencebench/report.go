@@ -148,6 +148,7 @@ func (r *report) printTable(w io.Writer) {
 	tw.Flush()
 	r.printSQLCheck(w)
 	r.printPgbench(w)
+	r.printRedisbench(w)
 	if r.hasStale() {
 		fmt.Fprintf(w, "\nbackends during the stale loads: %s\n", r.staleBackend)
 	}
@@ -187,7 +188,7 @@ func optf(f *float64, prec int) string {
 func (r *report) loadRows() []result {
 	var out []result
 	for _, x := range r.results {
-		if x.Trials == 0 && x.OpsPerSec > 0 && x.Scenario != "pgbench" {
+		if x.Trials == 0 && x.OpsPerSec > 0 && x.Scenario != "pgbench" && !strings.HasPrefix(x.Scenario, "redisbench") {
 			out = append(out, x)
 		}
 	}
@@ -273,6 +274,8 @@ func (r *report) goals() []goal {
 	}
 	gs = append(gs, r.wireGoals()...)
 	gs = append(gs, r.respGoals()...)
+	gs = append(gs, r.pgbenchGoals()...)
+	gs = append(gs, r.redisbenchGoals()...)
 	ratioGoal(redisGRPC, 64, 0.60)
 	ratioGoal(redisHTTP, 64, 0.45)
 	for _, p := range []string{pgGRPCSecure, redisGRPCSecure, pgHTTPSecure, redisHTTPSecure} {
@@ -453,6 +456,7 @@ func (r *report) markdown(w io.Writer) {
 	}
 	r.markdownSQLCheck(w)
 	r.markdownPgbench(w)
+	r.markdownRedisbench(w)
 	if r.hasStale() {
 		fmt.Fprintf(w, "\nBackends during the stale loads: %s.\n", r.staleBackend)
 	}

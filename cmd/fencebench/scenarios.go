@@ -70,6 +70,7 @@ func run(ctx context.Context, cfg config) error {
 		{"sqlcheck", b.runSQLCheck}, // after load, to take its 1-client write p50
 		{"stale", b.runStale},
 		{"pgbench", b.runPgbench},
+		{"redisbench", b.runRedisbench},
 		{"propagation", func(ctx context.Context) error { return b.runPropagation(ctx, "term-propagation", cfg.propTrials) }},
 		{"failover", b.runFailover},
 		{"elections", b.runManyElections},
@@ -78,9 +79,9 @@ func run(ctx context.Context, cfg config) error {
 		if !cfg.wants(s.part) {
 			continue
 		}
-		// pgbench runs of 5 s each would take --quick past 2 minutes:
+		// pgbench and redis-benchmark runs of 5 s each would take --quick past 2 minutes:
 		// there only when asked for by name.
-		if s.part == "pgbench" && cfg.quick && cfg.only == "" {
+		if (s.part == "pgbench" || s.part == "redisbench") && cfg.quick && cfg.only == "" {
 			continue
 		}
 		if err := s.f(ctx); err != nil {

@@ -132,7 +132,7 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 			return nil, err
 		}
 	}
-	if cfg.wants("load") && (cfg.wantsPath(redisTwemproxy) || cfg.wantsPath(redisTwemproxyFenced)) {
+	if cfg.wants("load") && (cfg.wantsPath(redisTwemproxy) || cfg.wantsPath(redisTwemproxyFenced)) || cfg.wants("redisbench") && (!cfg.quick || cfg.only != "") {
 		if e.twem, err = startTwemproxy(ctx, e.proxiedRedis); err != nil {
 			return nil, err
 		}

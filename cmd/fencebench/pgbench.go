@@ -13,7 +13,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 )
 
@@ -309,38 +308,13 @@ func (r *report) pgbenchCells(x result) []string {
 }
 
 func (r *report) printPgbench(w io.Writer) {
-	rows := r.pgbenchRows()
-	if len(rows) == 0 {
-		return
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, pgbenchHeader)
-	for _, x := range rows {
-		fmt.Fprintln(tw, strings.Join(r.pgbenchCells(x), "\t")+"\t")
-	}
-	tw.Flush()
+	printRows(w, pgbenchHeader, r.pgbenchRows(), r.pgbenchCells)
 }
 
 func (r *report) markdownPgbench(w io.Writer) {
 	rows := r.pgbenchRows()
-	if len(rows) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "\npgbench (`-M prepared`, one INSERT per transaction, one hot fence, median of the repetitions; latency avg is clients / tps, p50 and p99 from pgbench's log of every transaction; the commands are below):")
-	head := strings.Split(strings.TrimSuffix(pgbenchHeader, "\t"), "\t")
-	fmt.Fprintln(w, "\n| "+strings.Join(head, " | ")+" |")
-	fmt.Fprintln(w, "|---|"+strings.Repeat("--:|", len(head)-1))
-	for _, x := range rows {
-		fmt.Fprintln(w, "| "+strings.Join(r.pgbenchCells(x), " | ")+" |")
-	}
-	fmt.Fprintln(w, "\n```sh")
-	for _, x := range rows {
-		if x.Clients == rows[len(rows)-1].Clients {
-			fmt.Fprintln(w, x.Note)
-		}
-	}
-	fmt.Fprintln(w, "```")
+	markdownRows(w, "pgbench (`-M prepared`, one INSERT per transaction, one hot fence, median of the repetitions; latency avg is clients / tps, p50 and p99 from pgbench's log of every transaction; the commands are below):",
+		pgbenchHeader, rows, r.pgbenchCells, func(x result) bool { return x.Clients == rows[len(rows)-1].Clients })
 }
 
 // pgbenchGoals are issue 13's goals measured with pgbench (one hot fence).
@@ -349,16 +323,9 @@ func (r *report) pgbenchGoals() []goal {
 		return nil
 	}
 	var gs []goal
-	vs := func(path, other string, clients int, min float64) {
-		name := fmt.Sprintf("pgbench: %s ≥ %.2f × %s, %d clients", path, min, other, clients)
-		x, ok1 := r.find("pgbench", path, clients)
-		y, ok2 := r.find("pgbench", other, clients)
-		if !ok1 || !ok2 || y.OpsPerSec == 0 {
-			gs = append(gs, goal{name: name, value: "not measured"})
-			return
-		}
-		q := x.OpsPerSec / y.OpsPerSec
-		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.2f", q), state: check(q >= min)})
+	vs := func(path, other string, clients int, least float64) {
+		name := fmt.Sprintf("pgbench: %s ≥ %.2f × %s, %d clients", path, least, other, clients)
+		gs = append(gs, r.rateGoal(name, "pgbench", path, other, clients, least))
 	}
 	for _, n := range []int{16, 64} {
 		vs(pgbenchWire, pgbenchDirectFenced, n, 0.85)
@@ -366,14 +333,6 @@ func (r *report) pgbenchGoals() []goal {
 	for _, n := range []int{1, 16, 64} {
 		vs(pgbenchWire, pgbenchBouncer, n, 1)
 	}
-	name := "pgbench: added p50 of " + pgbenchWire + " over " + pgbenchDirectFenced + " ≤ 60 µs, 1 client"
-	x, ok1 := r.find("pgbench", pgbenchWire, 1)
-	y, ok2 := r.find("pgbench", pgbenchDirectFenced, 1)
-	if ok1 && ok2 {
-		d := x.P50us - y.P50us
-		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.0f µs", d), state: check(d <= 60)})
-	} else {
-		gs = append(gs, goal{name: name, value: "not measured"})
-	}
-	return gs
+	return append(gs, r.addedP50Goal("pgbench: added p50 of "+pgbenchWire+" over "+pgbenchDirectFenced+" ≤ 60 µs, 1 client",
+		"pgbench", pgbenchWire, pgbenchDirectFenced, 1, 60))
 }

@@ -11,7 +11,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/fencegate/fencegate/proxy/redis"
@@ -323,39 +322,16 @@ func (r *report) redisbenchCells(x result) []string {
 }
 
 func (r *report) printRedisbench(w io.Writer) {
-	rows := r.redisbenchRows()
-	if len(rows) == 0 {
-		return
-	}
-	fmt.Fprintln(w)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, redisbenchHeader)
-	for _, x := range rows {
-		fmt.Fprintln(tw, strings.Join(r.redisbenchCells(x), "\t")+"\t")
-	}
-	tw.Flush()
+	printRows(w, redisbenchHeader, r.redisbenchRows(), r.redisbenchCells)
 }
 
 func (r *report) markdownRedisbench(w io.Writer) {
 	rows := r.redisbenchRows()
-	if len(rows) == 0 {
-		return
-	}
-	fmt.Fprintln(w, "\nredis-benchmark (SET on 100,000 random keys of one fence, median of the repetitions; p50 and p99 are redis-benchmark's; the commands of the last shape are below):")
-	head := strings.Split(strings.TrimSuffix(redisbenchHeader, "\t"), "\t")
-	fmt.Fprintln(w, "\n| "+strings.Join(head, " | ")+" |")
-	fmt.Fprintln(w, "|---|"+strings.Repeat("--:|", len(head)-1))
-	for _, x := range rows {
-		fmt.Fprintln(w, "| "+strings.Join(r.redisbenchCells(x), " | ")+" |")
-	}
-	fmt.Fprintln(w, "\n```sh")
-	last := rows[len(rows)-1]
-	for _, x := range rows {
-		if x.Scenario == last.Scenario && x.Clients == last.Clients {
-			fmt.Fprintln(w, x.Note)
-		}
-	}
-	fmt.Fprintln(w, "```")
+	markdownRows(w, "redis-benchmark (SET on 100,000 random keys of one fence, median of the repetitions; p50 and p99 are redis-benchmark's; the commands of the last shape are below):",
+		redisbenchHeader, rows, r.redisbenchCells, func(x result) bool {
+			last := rows[len(rows)-1]
+			return x.Scenario == last.Scenario && x.Clients == last.Clients
+		})
 }
 
 // redisbenchGoals are issue 14's goals measured with redis-benchmark.
@@ -365,28 +341,13 @@ func (r *report) redisbenchGoals() []goal {
 	}
 	var gs []goal
 	n := slices.Max(r.cfg.clients)
-	vs := func(scenario, path, other string, min float64) {
-		name := fmt.Sprintf("redis-benchmark: %s ≥ %.2f × %s, %d clients, -P %s", path, min, other, n, redisbenchPipelineOf(scenario))
-		x, ok1 := r.find(scenario, path, n)
-		y, ok2 := r.find(scenario, other, n)
-		if !ok1 || !ok2 || y.OpsPerSec == 0 {
-			gs = append(gs, goal{name: name, value: "not measured"})
-			return
-		}
-		q := x.OpsPerSec / y.OpsPerSec
-		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.2f", q), state: check(q >= min)})
+	vs := func(scenario, path, other string, least float64) {
+		name := fmt.Sprintf("redis-benchmark: %s ≥ %.2f × %s, %d clients, -P %s", path, least, other, n, redisbenchPipelineOf(scenario))
+		gs = append(gs, r.rateGoal(name, scenario, path, other, n, least))
 	}
 	vs("redisbench", rbRESP, rbDirectFenced, 0.60)
 	vs(redisbenchScenario(redisbenchPipeline), rbRESP, rbDirectFenced, 0.80)
 	vs("redisbench", rbRESP, rbTwemproxy, 0.80)
-	name := "redis-benchmark: added p50 of " + rbRESP + " over " + rbDirectFenced + " ≤ 50 µs, 1 client"
-	x, ok1 := r.find("redisbench", rbRESP, 1)
-	y, ok2 := r.find("redisbench", rbDirectFenced, 1)
-	if ok1 && ok2 {
-		d := x.P50us - y.P50us
-		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.0f µs", d), state: check(d <= 50)})
-	} else {
-		gs = append(gs, goal{name: name, value: "not measured"})
-	}
-	return gs
+	return append(gs, r.addedP50Goal("redis-benchmark: added p50 of "+rbRESP+" over "+rbDirectFenced+" ≤ 50 µs, 1 client",
+		"redisbench", rbRESP, rbDirectFenced, 1, 50))
 }

@@ -329,35 +329,18 @@ func (r *report) goals() []goal {
 // wireGoals are issue 13's targets for fencegate's PostgreSQL listener.
 func (r *report) wireGoals() []goal {
 	var gs []goal
-	vs := func(path, other string, clients int, min float64) {
-		name := fmt.Sprintf("%s ≥ %.2f × %s, %d clients, distinct fences", path, min, other, clients)
-		x, ok1 := r.find("distinct", path, clients)
-		y, ok2 := r.find("distinct", other, clients)
-		if !ok1 || !ok2 || y.OpsPerSec == 0 {
-			gs = append(gs, goal{name: name, value: "not measured"})
-			return
-		}
-		q := x.OpsPerSec / y.OpsPerSec
-		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.2f", q), state: check(q >= min && x.Errors == 0)})
-	}
 	for _, n := range []int{16, 64} {
-		vs(pgWire, pgDirectFenced, n, 0.85)
+		gs = append(gs, r.vsGoal(pgWire, pgDirectFenced, n, 0.85))
 	}
 	for _, n := range []int{1, 16, 64} {
-		vs(pgWire, pgBouncer, n, 1)
+		gs = append(gs, r.vsGoal(pgWire, pgBouncer, n, 1))
 	}
-	name := "added p50 of pg-wire over pg-direct-fenced ≤ 60 µs, 1 client"
+	gs = append(gs, r.addedP50Goal("added p50 of pg-wire over pg-direct-fenced ≤ 60 µs, 1 client",
+		"distinct", pgWire, pgDirectFenced, 1, 60))
 	x, haveWire := r.find("distinct", pgWire, 1)
-	y, ok2 := r.find("distinct", pgDirectFenced, 1)
-	if haveWire && ok2 {
-		d := x.P50us - y.P50us
-		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.0f µs", d), state: check(d <= 60)})
-	} else {
-		gs = append(gs, goal{name: name, value: "not measured"})
-	}
 	// A refusal that went to PostgreSQL would take an accepted write's
 	// round trip; the backend counters (below) count them too.
-	name = "pg-wire stale refusal p50 < ½ accepted pg-wire p50, 1 client"
+	name := "pg-wire stale refusal p50 < ½ accepted pg-wire p50, 1 client"
 	s, haveStale := r.find("stale", pgWire, 1)
 	if haveStale && haveWire {
 		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.1f µs vs %.1f µs", s.P50us, x.P50us), state: check(s.P50us < x.P50us/2 && s.Errors == 0)})
@@ -371,13 +354,67 @@ func (r *report) wireGoals() []goal {
 // at clients distinct fences.
 func (r *report) vsGoal(path, other string, clients int, least float64) goal {
 	name := fmt.Sprintf("%s ≥ %.2f × %s, %d clients, distinct fences", path, least, other, clients)
-	x, ok1 := r.find("distinct", path, clients)
-	y, ok2 := r.find("distinct", other, clients)
+	return r.rateGoal(name, "distinct", path, other, clients, least)
+}
+
+// rateGoal is the goal named name that path's throughput is at least
+// least × other's in scenario at clients, without errors.
+func (r *report) rateGoal(name, scenario, path, other string, clients int, least float64) goal {
+	x, ok1 := r.find(scenario, path, clients)
+	y, ok2 := r.find(scenario, other, clients)
 	if !ok1 || !ok2 || y.OpsPerSec == 0 {
 		return goal{name: name, value: "not measured"}
 	}
 	q := x.OpsPerSec / y.OpsPerSec
 	return goal{name: name, value: fmt.Sprintf("%.2f", q), state: check(q >= least && x.Errors == 0)}
+}
+
+// addedP50Goal is the goal named name that path's p50 exceeds other's by
+// at most limit µs in scenario at clients.
+func (r *report) addedP50Goal(name, scenario, path, other string, clients int, limit float64) goal {
+	x, ok1 := r.find(scenario, path, clients)
+	y, ok2 := r.find(scenario, other, clients)
+	if !ok1 || !ok2 {
+		return goal{name: name, value: "not measured"}
+	}
+	d := x.P50us - y.P50us
+	return goal{name: name, value: fmt.Sprintf("%.0f µs", d), state: check(d <= limit)}
+}
+
+// printRows prints rows as a table of header's tab-separated columns.
+func printRows(w io.Writer, header string, rows []result, cells func(result) []string) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, header)
+	for _, x := range rows {
+		fmt.Fprintln(tw, strings.Join(cells(x), "\t")+"\t")
+	}
+	tw.Flush()
+}
+
+// markdownRows writes intro, rows as a Markdown table of header's
+// columns, and the commands (each row's Note) of the rows last picks.
+func markdownRows(w io.Writer, intro, header string, rows []result, cells func(result) []string, last func(result) bool) {
+	if len(rows) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "\n"+intro)
+	head := strings.Split(strings.TrimSuffix(header, "\t"), "\t")
+	fmt.Fprintln(w, "\n| "+strings.Join(head, " | ")+" |")
+	fmt.Fprintln(w, "|---|"+strings.Repeat("--:|", len(head)-1))
+	for _, x := range rows {
+		fmt.Fprintln(w, "| "+strings.Join(cells(x), " | ")+" |")
+	}
+	fmt.Fprintln(w, "\n```sh")
+	for _, x := range rows {
+		if last(x) {
+			fmt.Fprintln(w, x.Note)
+		}
+	}
+	fmt.Fprintln(w, "```")
 }
 
 // respGoals are issue 14's targets for fencegate's RESP listener (the
@@ -388,16 +425,8 @@ func (r *report) respGoals() []goal {
 		r.vsGoal(redisRESP, redisDirectFenced, 64, 0.60),
 		r.vsGoal(redisRESP, redisTwemproxy, 64, 0.80),
 	}
-	name := "added p50 of redis-resp over redis-direct-fenced ≤ 50 µs, 1 client"
-	x, ok1 := r.find("distinct", redisRESP, 1)
-	y, ok2 := r.find("distinct", redisDirectFenced, 1)
-	if ok1 && ok2 {
-		d := x.P50us - y.P50us
-		gs = append(gs, goal{name: name, value: fmt.Sprintf("%.0f µs", d), state: check(d <= 50)})
-	} else {
-		gs = append(gs, goal{name: name, value: "not measured"})
-	}
-	return gs
+	return append(gs, r.addedP50Goal("added p50 of redis-resp over redis-direct-fenced ≤ 50 µs, 1 client",
+		"distinct", redisRESP, redisDirectFenced, 1, 50))
 }
 
 // Markers delimiting the generated part of the Markdown report.

@@ -305,6 +305,18 @@ func TestStreamedMessages(t *testing.T) {
 	resign()
 	tok, _ := e.lead(t, "streamed")
 	large := strings.Repeat("s", 3*limit)
+	// openInsert opens a connection by hand, with a transaction open in
+	// which v is inserted, and returns it and its backend's pid.
+	openInsert := func(t *testing.T, v string) (net.Conn, *pgproto3.Frontend, string) {
+		t.Helper()
+		conn, fe := e.send(t, "streamed", tok,
+			&pgproto3.Query{String: "BEGIN; INSERT INTO streamed (v) VALUES ('" + v + "'); SELECT pg_backend_pid()"})
+		rows := receiveRows(t, fe)
+		if len(rows) != 1 {
+			t.Fatalf("got rows %q, want the backend's pid", rows)
+		}
+		return conn, fe, rows[0]
+	}
 
 	// COPY FROM STDIN with one CopyData of 3 MiB, by hand (pgx sends
 	// COPY data in 64 KiB messages).
@@ -411,12 +423,7 @@ func TestStreamedMessages(t *testing.T) {
 		// fencegate waits for the rest of the message at most
 		// listen.LingerTime, then its transaction ends with the
 		// connection: a client cannot hold it open by stalling.
-		conn, fe := e.send(t, "streamed", tok,
-			&pgproto3.Query{String: "BEGIN; INSERT INTO streamed (v) VALUES ('stalled'); SELECT pg_backend_pid()"})
-		rows := receiveRows(t, fe)
-		if len(rows) != 1 {
-			t.Fatalf("got rows %q, want the backend's pid", rows)
-		}
+		conn, fe, pid := openInsert(t, "stalled")
 		head := []byte{'Q', 0, 0, 0, 0}
 		binary.BigEndian.PutUint32(head[1:], uint32(4+len(large)+1))
 		if _, err := conn.Write(append(head, large[:1024]...)); err != nil {
@@ -430,7 +437,7 @@ func TestStreamedMessages(t *testing.T) {
 		if _, err := fe.Receive(); !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
 			t.Fatalf("after the FATAL: got %v, want the end of the stream", err)
 		}
-		e.waitFor(t, "SELECT 1 - count(*) FROM pg_stat_activity WHERE pid = $1::int", rows[0])
+		e.waitFor(t, "SELECT 1 - count(*) FROM pg_stat_activity WHERE pid = $1::int", pid)
 		if waited := time.Since(start); waited > listen.LingerTime+3*time.Second {
 			t.Errorf("the backend ended %v after the FATAL, want within about %v", waited, listen.LingerTime)
 		}
@@ -443,13 +450,7 @@ func TestStreamedMessages(t *testing.T) {
 		// leaves: the server connection closes, so the open transaction
 		// (an INSERT in it) is rolled back, not left holding the row's
 		// locks for the next caller.
-		conn, fe := e.send(t, "streamed", tok,
-			&pgproto3.Query{String: "BEGIN; INSERT INTO streamed (v) VALUES ('gone'); SELECT pg_backend_pid()"})
-		rows := receiveRows(t, fe)
-		if len(rows) != 1 {
-			t.Fatalf("got rows %q, want the backend's pid", rows)
-		}
-		pid := rows[0]
+		conn, _, pid := openInsert(t, "gone")
 		parse, err := (&pgproto3.Parse{Query: "INSERT INTO streamed (v) VALUES ($1)"}).Encode(nil)
 		if err != nil {
 			t.Fatal(err)

@@ -205,6 +205,16 @@ func (c config) wants(part string) bool {
 	return false
 }
 
+// runs reports whether part is to be run: wanted, and for the pgbench and
+// redisbench parts, whose runs of 5 s each would take --quick past 2
+// minutes, named in --only when --quick is set.
+func (c config) runs(part string) bool {
+	if (part == "pgbench" || part == "redisbench") && c.quick && c.only == "" {
+		return false
+	}
+	return c.wants(part)
+}
+
 // wantsSecure reports whether a secure path is to be measured, so the
 // secure gateway is needed.
 func (c config) wantsSecure() bool {

@@ -79,7 +79,7 @@ func (b *bench) pgbenchCommand(target, dir string, clients int, token int64) pgb
 	// start is a round trip longer than the database's.
 	secs := max(5, int((b.cfg.duration+time.Second/2)/time.Second))
 	args := []string{"-n", "-M", "prepared", "-f", script, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
-		"-T", strconv.Itoa(secs), "-h", host, "-p", port, "-U", benchWorkerRole, "postgres"}
+		"-T", strconv.Itoa(secs), "-l", "--log-prefix=" + pgbenchLogPrefix, "-h", host, "-p", port, "-U", benchWorkerRole, "postgres"}
 	return pgbenchRun{args: args, env: env}
 }
 
@@ -198,7 +198,7 @@ func runPgbenchOnce(ctx context.Context, run pgbenchRun, pid int) (pgbenchFigure
 		return f, err
 	}
 	defer os.RemoveAll(logDir)
-	cmd := exec.CommandContext(ctx, "pgbench", append(slices.Clone(run.args[:len(run.args)-1]), "-l", "--log-prefix=tx", run.args[len(run.args)-1])...)
+	cmd := exec.CommandContext(ctx, "pgbench", run.args...)
 	cmd.Dir = logDir
 	env := []string{"PGSSLMODE=disable"}
 	for _, kv := range os.Environ() {
@@ -246,11 +246,15 @@ func runPgbenchOnce(ctx context.Context, run pgbenchRun, pid int) (pgbenchFigure
 	return f, nil
 }
 
+// pgbenchLogPrefix names the files of pgbench's log of every transaction
+// (-l), written in the directory pgbench runs in.
+const pgbenchLogPrefix = "tx"
+
 // pgbenchLatencies reads the latency (ns, sorted) of every transaction in the
 // logs pgbench -l wrote in dir: one file per thread, one line per
 // transaction, "client_id transaction_no time script_no time_epoch time_us".
 func pgbenchLatencies(dir string) ([]int64, error) {
-	files, err := filepath.Glob(filepath.Join(dir, "tx.*"))
+	files, err := filepath.Glob(filepath.Join(dir, pgbenchLogPrefix+".*"))
 	if err != nil || len(files) == 0 {
 		return nil, fmt.Errorf("pgbench -l wrote no log in %s", dir)
 	}
@@ -290,20 +294,11 @@ func (r *report) pgbenchRows() []result {
 	return out
 }
 
-// pgbenchRatio is target's tps over other's at the same client count.
-func (r *report) pgbenchRatio(x result, other string) string {
-	y, ok := r.find("pgbench", other, x.Clients)
-	if !ok || y.OpsPerSec == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f", x.OpsPerSec/y.OpsPerSec)
-}
-
 const pgbenchHeader = "pgbench\tclients\ttps\t× direct-fenced\t× bouncer\t× bouncer-fenced\tlatency avg µs\tp50 µs\tp99 µs\tproxy CPU µs/tx\t"
 
 func (r *report) pgbenchCells(x result) []string {
 	return []string{x.Path, strconv.Itoa(x.Clients), fmt.Sprintf("%.0f", x.OpsPerSec),
-		r.pgbenchRatio(x, pgbenchDirectFenced), r.pgbenchRatio(x, pgbenchBouncer), r.pgbenchRatio(x, pgbenchBouncerFenced),
+		r.peerRatio(x, pgbenchDirectFenced), r.peerRatio(x, pgbenchBouncer), r.peerRatio(x, pgbenchBouncerFenced),
 		fmt.Sprintf("%.1f", x.AvgUs), fmt.Sprintf("%.0f", x.P50us), fmt.Sprintf("%.0f", x.P99us), optf(x.CPUusPerOp, 1)}
 }
 

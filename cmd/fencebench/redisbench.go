@@ -300,15 +300,6 @@ func (r *report) redisbenchRows() []result {
 	return out
 }
 
-// redisbenchRatio is x's rate over other's in the same run shape.
-func (r *report) redisbenchRatio(x result, other string) string {
-	y, ok := r.find(x.Scenario, other, x.Clients)
-	if !ok || y.OpsPerSec == 0 {
-		return "-"
-	}
-	return fmt.Sprintf("%.2f", x.OpsPerSec/y.OpsPerSec)
-}
-
 func redisbenchPipelineOf(scenario string) string {
 	if p, ok := strings.CutPrefix(scenario, "redisbench-P"); ok {
 		return p
@@ -320,7 +311,7 @@ const redisbenchHeader = "redis-benchmark\tclients\t-P\trps\t√ó direct-fenced\t√
 
 func (r *report) redisbenchCells(x result) []string {
 	return []string{x.Path, strconv.Itoa(x.Clients), redisbenchPipelineOf(x.Scenario), fmt.Sprintf("%.0f", x.OpsPerSec),
-		r.redisbenchRatio(x, rbDirectFenced), r.redisbenchRatio(x, rbTwemproxy),
+		r.peerRatio(x, rbDirectFenced), r.peerRatio(x, rbTwemproxy),
 		fmt.Sprintf("%.0f", x.P50us), fmt.Sprintf("%.0f", x.P99us),
 		optf(x.CPUusPerOp, 1), optf(x.BackendCPU, 1), optf(x.ClientCPU, 1)}
 }

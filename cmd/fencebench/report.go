@@ -381,6 +381,16 @@ func (r *report) addedP50Goal(name, scenario, path, other string, clients int, l
 	return goal{name: name, value: fmt.Sprintf("%.0f µs", d), state: check(d <= limit)}
 }
 
+// peerRatio is x's throughput over other's in the same scenario at the
+// same client count, as a table cell ("-" when other was not measured).
+func (r *report) peerRatio(x result, other string) string {
+	y, ok := r.find(x.Scenario, other, x.Clients)
+	if !ok || y.OpsPerSec == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", x.OpsPerSec/y.OpsPerSec)
+}
+
 // printRows prints rows as a table of header's tab-separated columns.
 func printRows(w io.Writer, header string, rows []result, cells func(result) []string) {
 	if len(rows) == 0 {

@@ -76,12 +76,7 @@ func run(ctx context.Context, cfg config) error {
 		{"elections", b.runManyElections},
 	}
 	for _, s := range steps {
-		if !cfg.wants(s.part) {
-			continue
-		}
-		// pgbench and redis-benchmark runs of 5 s each would take --quick past 2 minutes:
-		// there only when asked for by name.
-		if (s.part == "pgbench" || s.part == "redisbench") && cfg.quick && cfg.only == "" {
+		if !cfg.runs(s.part) {
 			continue
 		}
 		if err := s.f(ctx); err != nil {

@@ -127,12 +127,12 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 		// A host in the query overrides the URL's (pgconn.ParseConfig).
 		e.pgGatewayDSN += "&host=" + url.QueryEscape(pgHost)
 	}
-	if cfg.wants("load") && (cfg.wantsPath(pgBouncer) || cfg.wantsPath(pgBouncerFenced)) || cfg.wants("pgbench") && (!cfg.quick || cfg.only != "") {
+	if cfg.wants("load") && (cfg.wantsPath(pgBouncer) || cfg.wantsPath(pgBouncerFenced)) || cfg.runs("pgbench") {
 		if e.bouncer, err = startBouncer(ctx, pgHost, e.pg.Port(), benchWorkerRole); err != nil {
 			return nil, err
 		}
 	}
-	if cfg.wants("load") && (cfg.wantsPath(redisTwemproxy) || cfg.wantsPath(redisTwemproxyFenced)) || cfg.wants("redisbench") && (!cfg.quick || cfg.only != "") {
+	if cfg.wants("load") && (cfg.wantsPath(redisTwemproxy) || cfg.wantsPath(redisTwemproxyFenced)) || cfg.runs("redisbench") {
 		if e.twem, err = startTwemproxy(ctx, e.proxiedRedis); err != nil {
 			return nil, err
 		}

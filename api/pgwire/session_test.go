@@ -866,6 +866,18 @@ func TestTempTablesAndShow(t *testing.T) {
 	if res.Err != nil || len(res.Rows) != 1 || string(res.Rows[0][0]) != fmt.Sprint(tok) {
 		t.Errorf("SHOW fencegate.token prepared before the failed block, after it: got %q, %v, want %d", res.Rows, res.Err, tok)
 	}
+	// The Parses that failed in the block left no statement under
+	// fencegate's name for the session's next statements: the client can
+	// neither run one (26000 from the server, which holds none) nor make
+	// one (refused by fencegate), and fencegate's next refusal is still
+	// its own (a Parse under that name that the server would answer 42P05
+	// if one were left).
+	_, err = pc.ExecPrepared(ctx, "fencegate_refused", nil, nil, nil).Close()
+	wantCode(t, err, "26000")
+	_, err = pc.Prepare(ctx, "fencegate_refused", "SELECT 1", nil)
+	if pe := wantCode(t, err, "FG006"); !strings.Contains(pe.Message, "fencegate's") {
+		t.Errorf("a Parse under fencegate's name: got %q, want it refused as fencegate's name", pe.Message)
+	}
 	// pgx's default: a named prepared statement (TestExtendedSetAndShow).
 	var s string
 	if err := c.QueryRow(ctx, "SHOW fencegate.token").Scan(&s); err != nil || s != fmt.Sprint(tok) {

@@ -24,26 +24,37 @@ import (
 
 // Call is the part of a write the Coalescer uses. Embed it in the backend's
 // own write type and call Init before Do.
+//
+// A Call may be used again for another write once Do has reported
+// Finished or Abandoned (a backend may keep its calls in a sync.Pool). After
+// Orphaned it must not be: the batch it is in still finishes it.
 type Call struct {
-	ctx  context.Context
+	ctx context.Context
+	// done carries Finish's signal to Do: buffered, so a batch never waits
+	// for a caller, and made once per Call, not per write.
 	done chan struct{}
-	// taken is guarded by Coalescer.mu: the call left the queue for a
-	// batch, so it may be sent.
+	// taken and batch are guarded by Coalescer.mu: the call left the
+	// queue for a batch, so it may be sent; batch is that batch when it
+	// holds other calls too.
 	taken bool
+	batch *batch
 }
 
 // Init prepares the call to run under ctx.
 func (c *Call) Init(ctx context.Context) {
 	c.ctx = ctx
-	c.done = make(chan struct{})
+	if c.done == nil {
+		c.done = make(chan struct{}, 1)
+	}
+	c.taken, c.batch = false, nil
 }
 
 // Context returns the caller's context.
 func (c *Call) Context() context.Context { return c.ctx }
 
-// Finish marks the call done. The batch sets the call's results first; the
-// caller reads them after Do reports it finished.
-func (c *Call) Finish() { close(c.done) }
+// Finish marks the call done, once. The batch sets the call's results
+// first; the caller reads them after Do reports it finished.
+func (c *Call) Finish() { c.done <- struct{}{} }
 
 func (c *Call) base() *Call { return c }
 
@@ -54,15 +65,25 @@ type Caller interface{ base() *Call }
 type Outcome int
 
 const (
-	// Finished: the batch finished the call; its results are set.
+	// Finished means the batch finished the call; its results are set.
 	Finished Outcome = iota
-	// Abandoned: the caller's context ended while the call was queued.
-	// Nothing of it was sent.
+	// Abandoned means the caller's context ended while the call was
+	// queued. Nothing of it was sent.
 	Abandoned
-	// Orphaned: the caller's context ended after the call was taken into a
-	// batch. It may still be applied; the batch goes on without the caller.
+	// Orphaned means the caller's context ended after the call was taken
+	// into a batch. It may still be applied; the batch goes on without the
+	// caller.
 	Orphaned
 )
+
+// batch is the shared state of a batch of several calls: the context its
+// I/O runs under, which ends once every caller has given up (Do, when an
+// Orphaned caller leaves, counts it down).
+type batch struct {
+	ctx    context.Context
+	cancel context.CancelFunc
+	left   atomic.Int32
+}
 
 // Coalescer runs calls in batches; see the package doc.
 type Coalescer[T Caller] struct {
@@ -72,6 +93,9 @@ type Coalescer[T Caller] struct {
 	mu    sync.Mutex
 	free  int
 	queue []T
+	// lone holds a one-call batch for each free slot, so that a call run
+	// alone does not allocate its batch.
+	lone [][]T
 
 	batches, calls atomic.Uint64
 	largest        atomic.Int64
@@ -80,7 +104,12 @@ type Coalescer[T Caller] struct {
 // New returns a Coalescer with slots batches in flight at most, each of at
 // most maxBatch calls. run must finish every call it is given.
 func New[T Caller](slots, maxBatch int, run func([]T)) *Coalescer[T] {
-	return &Coalescer[T]{run: run, maxBatch: max(1, maxBatch), free: max(1, slots)}
+	q := &Coalescer[T]{run: run, maxBatch: max(1, maxBatch), free: max(1, slots)}
+	q.lone = make([][]T, q.free)
+	for i := range q.lone {
+		q.lone[i] = make([]T, 1)
+	}
+	return q
 }
 
 // Do runs c, alone or in a batch, and reports how it ended.
@@ -90,9 +119,13 @@ func (q *Coalescer[T]) Do(c T) Outcome {
 	if q.free > 0 {
 		q.free--
 		b.taken = true
+		lone := q.lone[len(q.lone)-1]
+		q.lone = q.lone[:len(q.lone)-1]
 		q.mu.Unlock()
-		q.runBatch([]T{c})
-		q.next()
+		lone[0] = c
+		q.runBatch(lone)
+		<-b.done // sent by run's Finish, before it returned
+		q.next(lone)
 		return Finished
 	}
 	q.queue = append(q.queue, c)
@@ -109,13 +142,18 @@ func (q *Coalescer[T]) Do(c T) Outcome {
 		q.mu.Unlock()
 		return Abandoned
 	}
+	bt := b.batch
 	q.mu.Unlock()
 	select {
 	case <-b.done:
 		return Finished
 	default:
-		return Orphaned
 	}
+	// Orphaned: the last caller of a batch to leave ends its I/O.
+	if bt != nil && bt.left.Add(-1) == 0 {
+		bt.cancel()
+	}
+	return Orphaned
 }
 
 // Refusal is the refusal for a call Do did not finish, to the backend at
@@ -164,10 +202,13 @@ func (q *Coalescer[T]) runBatch(batch []T) {
 	q.run(batch)
 }
 
-// next starts a batch of what queued while the caller's slot was busy, or
-// frees the slot.
-func (q *Coalescer[T]) next() {
+// next puts back the caller's one-call batch, and starts a batch of what
+// queued while the caller's slot was busy, or frees the slot.
+func (q *Coalescer[T]) next(lone []T) {
+	var zero T
+	lone[0] = zero
 	q.mu.Lock()
+	q.lone = append(q.lone, lone)
 	if len(q.queue) == 0 {
 		q.free++
 		q.mu.Unlock()
@@ -198,8 +239,10 @@ func (q *Coalescer[T]) takeLocked() []T {
 	n := min(len(q.queue), q.maxBatch)
 	batch := make([]T, n)
 	copy(batch, q.queue)
+	bt := newBatch(n)
 	for _, c := range batch {
 		c.base().taken = true
+		c.base().batch = bt
 	}
 	rest := copy(q.queue, q.queue[n:])
 	clear(q.queue[rest:])
@@ -219,29 +262,29 @@ func (q *Coalescer[T]) dequeueLocked(c T) {
 	}
 }
 
-// BatchContext returns the context a batch's I/O runs under: a lone call's
-// own, or one that ends when every call of the batch has been given up by
-// its caller. One impatient caller must not abort the others' writes; when
-// all have left, the I/O is abandoned as it would be for one.
-func BatchContext[T Caller](calls []T) (context.Context, context.CancelFunc) {
-	if len(calls) == 1 {
-		return calls[0].base().ctx, func() {}
+// newBatch returns the shared state of a batch of n calls, or nil for a
+// lone call, which runs under its caller's context.
+func newBatch(n int) *batch {
+	if n < 2 {
+		return nil
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var left atomic.Int32
-	left.Store(int32(len(calls)))
-	stops := make([]func() bool, len(calls))
-	for i, c := range calls {
-		stops[i] = context.AfterFunc(c.base().ctx, func() {
-			if left.Add(-1) == 0 {
-				cancel()
-			}
-		})
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
+	bt := &batch{}
+	bt.ctx, bt.cancel = context.WithCancel(context.Background())
+	bt.left.Store(int32(n))
+	return bt
 }
+
+// BatchContext returns the context the I/O of calls, a batch Do formed,
+// runs under: a lone call's own, or one that ends when every call of the
+// batch has been given up by its caller. One impatient caller must not
+// abort the others' writes; when all have left, the I/O is abandoned as it
+// would be for one. Call the CancelFunc when the batch is done.
+func BatchContext[T Caller](calls []T) (context.Context, context.CancelFunc) {
+	bt := calls[0].base().batch
+	if bt == nil {
+		return calls[0].base().ctx, noCancel
+	}
+	return bt.ctx, bt.cancel
+}
+
+func noCancel() {}

@@ -155,26 +155,75 @@ func TestCallerGivesUp(t *testing.T) {
 }
 
 func TestBatchContext(t *testing.T) {
+	// run hands out the context of each batch of two and holds the batch
+	// until released.
+	ctxs, release := make(chan context.Context, 1), make(chan struct{})
+	q := New(1, 10, func(calls []*write) {
+		ctx, cancel := BatchContext(calls)
+		defer cancel()
+		if len(calls) == 2 {
+			ctxs <- ctx
+		} else if ctx != calls[0].Context() {
+			t.Error("a lone call's batch context: got a new one, want the caller's")
+		}
+		<-release
+		for _, c := range calls {
+			c.Finish()
+		}
+	})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	wg.Go(func() { q.Do(newWrite(t.Context(), 0)) }) // takes the only slot
+	for q.Free() != 0 {
+		time.Sleep(time.Millisecond)
+	}
 	ctx1, cancel1 := context.WithCancel(t.Context())
 	ctx2, cancel2 := context.WithCancel(t.Context())
-	calls := []*write{newWrite(ctx1, 1), newWrite(ctx2, 2)}
-	ctx, cancel := BatchContext(calls)
-	defer cancel()
+	out := make(chan Outcome, 2)
+	wg.Go(func() { out <- q.Do(newWrite(ctx1, 1)) })
+	wg.Go(func() { out <- q.Do(newWrite(ctx2, 2)) })
+	waitQueued(t, q, 2)
+	release <- struct{}{} // the lone batch ends; the two go out together
+	ctx := <-ctxs
+
 	cancel1()
+	if got := <-out; got != Orphaned {
+		t.Errorf("first caller to give up: got %d, want Orphaned", got)
+	}
 	select {
 	case <-ctx.Done():
 		t.Fatal("batch context ended when one of two callers gave up")
 	case <-time.After(20 * time.Millisecond):
 	}
 	cancel2()
+	if got := <-out; got != Orphaned {
+		t.Errorf("second caller to give up: got %d, want Orphaned", got)
+	}
 	select {
 	case <-ctx.Done():
 	case <-time.After(5 * time.Second):
 		t.Fatal("batch context still alive after every caller gave up")
 	}
+	close(release)
+}
 
-	lone := []*write{newWrite(t.Context(), 3)}
-	if got, _ := BatchContext(lone); got != lone[0].Context() {
-		t.Error("a lone call's batch context: got a new one, want the caller's")
+// TestCallReused: a call that Do reported Finished runs again as a new
+// write, alone and in a batch, with nothing of its first run left over.
+func TestCallReused(t *testing.T) {
+	g := &gated{release: make(chan struct{})}
+	close(g.release)
+	q := New(1, 10, g.run)
+	w := newWrite(t.Context(), 1)
+	for n := 1; n <= 3; n++ {
+		w.n = n
+		w.Init(t.Context())
+		if got := q.Do(w); got != Finished || w.result != n*10 {
+			t.Fatalf("run %d: got outcome %d, result %d; want Finished, %d", n, got, w.result, n*10)
+		}
+	}
+	select {
+	case <-w.done:
+		t.Fatal("a finished call holds a second signal: its next Do would return before its batch ran")
+	default:
 	}
 }

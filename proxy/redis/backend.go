@@ -26,8 +26,9 @@ type Backend struct {
 	cfg    Config
 	allow  allowlist
 	// The limits as script arguments, boxed once so a write does not
-	// allocate them.
+	// allocate them, and the same for each fence's token key and token.
 	maxValueArg, maxReplyArg any
+	args                     fenceArgs
 	// co runs writes in batches, one per connection slot.
 	co *coalesce.Coalescer[*call]
 }

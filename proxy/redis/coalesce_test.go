@@ -104,11 +104,10 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 	var fences []string
 	for range 3 {
 		f := unique("flushbatch")
-		p, r := b.check(f, 1, TokenKey(f), [][]string{{"INCR", key(f, "n")}})
-		if r != nil {
+		c := &call{fence: f, token: 1}
+		if r := b.planOf(&c.plan, f, 1, [][]string{{"INCR", key(f, "n")}}); r != nil {
 			t.Fatal(r)
 		}
-		c := &call{fence: f, token: 1, plan: p}
 		c.Init(t.Context())
 		calls = append(calls, c)
 		fences = append(fences, f)

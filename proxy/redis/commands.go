@@ -2,11 +2,10 @@ package redis
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
-
-	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -352,23 +351,57 @@ func (a allowlist) lookup(name string) (commandSpec, bool) {
 	return commandSpec{}, false
 }
 
-// plan is a checked request: the script's KEYS and ARGV.
+// plan is a checked request: the script's KEYS and ARGV. Its slices are
+// buffers a pooled call keeps from one write to the next (reset), and its
+// strings are boxed once each: go-redis takes a command as []any.
 type plan struct {
-	keys []string // the token key, the written keys, then the keys only read
-	nw   int      // number of written keys
+	keys []any // strings: the token key, the written keys, then the keys only read
+	nw   int   // number of written keys
 	// token, number of written keys to snapshot (nw, or 0 for a write of
 	// one oneStepCommands command), MaxValueBytes, MaxReplyBytes, then
 	// per command: argc, upper-case name, args...
 	args []any
 	// lease is set for a lease fence's write: it runs leaseScript.
 	lease bool
+	// cmd is the EVALSHA command of keys and args (seal).
+	cmd []any
+
+	written, read keySet
 }
 
-func (p *plan) script() *goredis.Script {
+// reset empties p for another write, keeping its buffers and dropping
+// what they held.
+func (p *plan) reset() {
+	clear(p.keys)
+	clear(p.args)
+	clear(p.cmd)
+	p.keys, p.args, p.cmd = p.keys[:0], p.args[:0], p.cmd[:0]
+	p.nw, p.lease = 0, false
+	p.written.reset()
+	p.read.reset()
+}
+
+// seal lays out p's EVALSHA command: EVALSHA, the script's SHA1, the number
+// of keys, the keys, then the arguments.
+func (p *plan) seal() {
+	sha := scriptSHA
 	if p.lease {
-		return leaseScript
+		sha = leaseScriptSHA
 	}
-	return script
+	p.cmd = append(p.cmd[:0], "evalsha", sha, len(p.keys))
+	p.cmd = append(p.cmd, p.keys...)
+	p.cmd = append(p.cmd, p.args...)
+}
+
+// evalCmd is p's command as EVAL, which loads the script: for a server
+// that lost it (NOSCRIPT).
+func (p *plan) evalCmd() []any {
+	cmd := slices.Clone(p.cmd)
+	cmd[0], cmd[1] = "eval", fenceScript
+	if p.lease {
+		cmd[1] = leaseSource
+	}
+	return cmd
 }
 
 // withLease makes p a write of a lease fence: its lease and counter keys
@@ -376,7 +409,7 @@ func (p *plan) script() *goredis.Script {
 // client must not take or end a lease through fencegate.
 func (p *plan) withLease(fence string, t tokens.Token, lk LeaseKeys) *tokens.RefusalError {
 	for _, k := range p.keys[1:] {
-		if k == lk.Lease || k == lk.Counter {
+		if k == any(lk.Lease) || k == any(lk.Counter) {
 			return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t,
 				"key %q is the fence's lease (see --redis-lease-key, --redis-lease-counter); it is not written through fencegate", k)
 		}
@@ -395,33 +428,34 @@ const (
 	argCommands
 )
 
-// check validates a request before anything is sent and lays it out for
-// the script. A refusal has Fence and Token set.
-func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]string) (plan, *tokens.RefusalError) {
+// check validates a request before anything is sent and lays it out in p,
+// empty (new, or reset), for the script. A refusal has Fence and Token set.
+func (b *Backend) check(p *plan, fence string, t tokens.Token, cmds [][]string) *tokens.RefusalError {
 	switch {
 	case fence == "":
-		return plan{}, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "empty fence name")
+		return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "empty fence name")
 	case strings.ContainsAny(fence, "{}"):
-		return plan{}, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "fence name %q must not contain '{' or '}'", fence)
+		return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "fence name %q must not contain '{' or '}'", fence)
 	case t == 0:
-		return plan{}, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "fencing token must be greater than 0")
+		return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "fencing token must be greater than 0")
 	case len(cmds) == 0:
-		return plan{}, tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "no commands")
+		return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t, "no commands")
 	}
 	nargs := argCommands
 	for _, c := range cmds {
 		nargs += 1 + len(c)
 	}
-	p := plan{keys: make([]string, 1, 1+len(cmds)), args: make([]any, argCommands, nargs)}
-	p.keys[0] = tokenKey
-	p.args[argToken] = t.String()
+	tokenKey, tokenArg := b.args.of(fence, t)
+	p.keys = append(p.keys, tokenKey)
+	p.args = slices.Grow(p.args, nargs)[:argCommands]
+	p.args[argToken] = tokenArg
 	p.args[argMaxValue] = b.maxValueArg
 	p.args[argMaxReply] = b.maxReplyArg
-	var written, read keySet
+	written, read := &p.written, &p.read
 	snapshot := true
 	for i, c := range cmds {
 		if len(c) == 0 || c[0] == "" {
-			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "empty command")
+			return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "empty command")
 		}
 		s, ok := b.allow.lookup(c[0])
 		if !ok {
@@ -429,48 +463,51 @@ func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]
 			if why == "" {
 				why = "not in the allowlist"
 			}
-			return plan{}, refuseCommand(tokens.ReasonCommandNotAllowed, fence, t, i, "%s: %s", strings.ToUpper(c[0]), why)
+			return refuseCommand(tokens.ReasonCommandNotAllowed, fence, t, i, "%s: %s", strings.ToUpper(c[0]), why)
 		}
 		n := len(c)
 		if (s.arity > 0 && n != s.arity) || (s.arity < 0 && n < -s.arity) {
-			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "wrong number of arguments for %s", s.name)
+			return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "wrong number of arguments for %s", s.name)
 		}
 		if n > maxArgs {
-			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "%d arguments, more than the %d allowed per command", n, maxArgs)
+			return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "%d arguments, more than the %d allowed per command", n, maxArgs)
 		}
 		last := s.last
 		if last < 0 {
 			last += n
 		}
 		if s.last < 0 && (last-s.first+1)%s.step != 0 {
-			return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "wrong number of arguments for %s", s.name)
+			return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "wrong number of arguments for %s", s.name)
+		}
+		// The command's arguments, each boxed once: KEYS takes its keys
+		// from here.
+		at := len(p.args)
+		p.args = append(p.args, n, s.nameArg)
+		for _, a := range c[1:] {
+			p.args = append(p.args, a)
 		}
 		for k := s.first; k <= last; k += s.step {
 			key := c[k]
 			if strings.HasPrefix(key, reservedPrefix) {
-				return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i,
+				return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i,
 					"key %q: keys starting with %q are reserved for fencegate", key, reservedPrefix)
 			}
 			if !taggedWith(key, fence) {
-				return plan{}, refuseCommand(tokens.ReasonInvalidRequest, fence, t, i,
+				return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i,
 					"key %q does not carry the fence's hash tag: every key must contain {%s} as its first {...}, e.g. \"{%s}:name\"",
 					key, fence, fence)
 			}
 			if s.write {
-				written.add(key)
+				written.add(key, p.args[at+1+k])
 			} else {
-				read.add(key)
+				read.add(key, p.args[at+1+k])
 			}
 		}
 		if r := b.checkArgs(fence, t, i, s, c); r != nil {
-			return plan{}, r
+			return r
 		}
 		if len(cmds) == 1 && b.oneStep(s, c) {
 			snapshot = false
-		}
-		p.args = append(p.args, n, s.nameArg)
-		for _, a := range c[1:] {
-			p.args = append(p.args, a)
 		}
 	}
 	p.nw = len(written.list)
@@ -480,11 +517,11 @@ func (b *Backend) check(fence string, t tokens.Token, tokenKey string, cmds [][]
 	}
 	p.keys = append(p.keys, written.list...)
 	for _, k := range read.list {
-		if !written.has(k) {
+		if !written.has(k.(string)) {
 			p.keys = append(p.keys, k)
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // taggedWith reports whether key's hash tag, read as Redis Cluster reads it
@@ -585,11 +622,17 @@ func refuseLimit(reason tokens.Reason, fence string, t tokens.Token, i int, limi
 	return r
 }
 
-// keySet collects distinct keys in order: a linear search for the few keys
-// of a usual request, a map beyond.
+// keySet collects distinct keys in order, boxed: a linear search for the
+// few keys of a usual request, a map beyond.
 type keySet struct {
-	list  []string
+	list  []any // strings
 	index map[string]struct{}
+}
+
+// reset empties s, keeping its list's buffer.
+func (s *keySet) reset() {
+	clear(s.list)
+	s.list, s.index = s.list[:0], nil
 }
 
 const keySetLinear = 16
@@ -600,25 +643,26 @@ func (s *keySet) has(k string) bool {
 		return ok
 	}
 	for _, x := range s.list {
-		if x == k {
+		if x.(string) == k {
 			return true
 		}
 	}
 	return false
 }
 
-func (s *keySet) add(k string) {
+// add adds k, whose boxed form is boxed, unless s has it.
+func (s *keySet) add(k string, boxed any) {
 	if s.has(k) {
 		return
 	}
-	s.list = append(s.list, k)
+	s.list = append(s.list, boxed)
 	switch {
 	case s.index != nil:
 		s.index[k] = struct{}{}
 	case len(s.list) > keySetLinear:
 		s.index = make(map[string]struct{}, 2*len(s.list))
 		for _, x := range s.list {
-			s.index[x] = struct{}{}
+			s.index[x.(string)] = struct{}{}
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 
 	goredis "github.com/redis/go-redis/v9"
 
@@ -39,37 +40,50 @@ import (
 // wait; after the script was sent that is BACKEND_UNAVAILABLE with an
 // unknown outcome.
 func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [][]string) ([]any, error) {
-	p, r := b.planOf(fence, t, cmds)
-	if r != nil {
+	c := calls.Get().(*call)
+	if r := b.planOf(&c.plan, fence, t, cmds); r != nil {
+		c.release()
 		return nil, r
 	}
-	c := &call{fence: fence, token: t, plan: p}
+	c.fence, c.token = fence, t
 	c.Init(ctx)
-	if o := b.co.Do(c); o != coalesce.Finished {
+	o := b.co.Do(c)
+	if o == coalesce.Orphaned {
+		// Its batch still finishes it: not to be used again.
 		return nil, coalesce.Refusal(o, fence, t, b.addr, ctx.Err())
 	}
-	if c.err != nil {
-		return nil, b.unavailable(fence, t, c.err)
+	res, err := c.res, c.err
+	c.release()
+	if o != coalesce.Finished {
+		return nil, coalesce.Refusal(o, fence, t, b.addr, ctx.Err())
 	}
-	return b.reply(fence, t, len(cmds), c.res)
+	if err != nil {
+		return nil, b.unavailable(fence, t, err)
+	}
+	return b.reply(fence, t, len(cmds), res)
 }
 
-// planOf checks a write and lays it out for its script (leaseScript for a
-// fence of a Redis lease).
-func (b *Backend) planOf(fence string, t tokens.Token, cmds [][]string) (plan, *tokens.RefusalError) {
-	p, r := b.check(fence, t, TokenKey(fence), cmds)
+// planOf checks a write into p, empty, and lays it out for its script
+// (leaseScript for a fence of a Redis lease).
+func (b *Backend) planOf(p *plan, fence string, t tokens.Token, cmds [][]string) *tokens.RefusalError {
+	r := b.check(p, fence, t, cmds)
 	if r == nil && b.cfg.Leases != nil {
 		if lk, ok := b.cfg.Leases(fence); ok {
 			r = p.withLease(fence, t, lk)
 		}
 	}
-	return p, r
+	if r == nil {
+		p.seal()
+	}
+	return r
 }
 
 // maxBatch bounds the writes sent in one round trip.
 const maxBatch = 16
 
-// call is one fenced write on its way through a batch.
+// call is one fenced write on its way through a batch. Exec takes calls
+// from the pool and puts them back with their buffers, except one its
+// caller left in a batch (coalesce.Orphaned), which the batch still uses.
 type call struct {
 	coalesce.Call
 	fence string
@@ -81,6 +95,15 @@ type call struct {
 	err error
 }
 
+var calls = sync.Pool{New: func() any { return new(call) }}
+
+// release empties c and puts it back in the pool.
+func (c *call) release() {
+	c.plan.reset()
+	c.fence, c.res, c.err = "", nil, nil
+	calls.Put(c)
+}
+
 // runBatch runs the scripts of calls: a lone write as EVALSHA (EVAL when
 // the server lost the script), several in one pipeline, one round trip for
 // all. Each is its own script run, atomic on its own; Redis runs them one
@@ -90,14 +113,17 @@ func (b *Backend) runBatch(calls []*call) {
 	defer cancel()
 	if len(calls) == 1 {
 		c := calls[0]
-		c.res, c.err = c.plan.script().Run(ctx, b.client, c.plan.keys, c.plan.args...).Result()
+		c.res, c.err = b.client.Do(ctx, c.plan.cmd...).Result()
+		if isNoScript(c.err) {
+			c.res, c.err = b.client.Do(ctx, c.plan.evalCmd()...).Result()
+		}
 		c.Finish()
 		return
 	}
 	pipe := b.client.Pipeline()
 	cmds := make([]*goredis.Cmd, len(calls))
 	for i, c := range calls {
-		cmds[i] = c.plan.script().EvalSha(ctx, pipe, c.plan.keys, c.plan.args...)
+		cmds[i] = pipe.Do(ctx, c.plan.cmd...)
 	}
 	// Each command carries its own error; Exec's is the first of them.
 	_, _ = pipe.Exec(ctx)
@@ -113,7 +139,7 @@ func (b *Backend) runBatch(calls []*call) {
 		c.Finish()
 	}
 	for _, c := range lost {
-		c.res, c.err = c.plan.script().Eval(ctx, b.client, c.plan.keys, c.plan.args...).Result()
+		c.res, c.err = b.client.Do(ctx, c.plan.evalCmd()...).Result()
 		c.Finish()
 	}
 }
@@ -293,15 +319,14 @@ func jsonValue(v any) any {
 // where an Exec against the server puts it. Its refusals are Exec's before
 // anything is sent.
 func (b *Backend) Command(fence string, t tokens.Token, cmds [][]string) ([]string, error) {
-	p, r := b.planOf(fence, t, cmds)
-	if r != nil {
+	var p plan
+	if r := b.planOf(&p, fence, t, cmds); r != nil {
 		return nil, r
 	}
-	out := make([]string, 0, 3+len(p.keys)+len(p.args))
-	out = append(out, "EVALSHA", p.script().Hash(), strconv.Itoa(len(p.keys)))
-	out = append(out, p.keys...)
-	for _, a := range p.args {
-		out = append(out, fmt.Sprint(a))
+	out := make([]string, len(p.cmd))
+	for i, a := range p.cmd {
+		out[i] = fmt.Sprint(a)
 	}
+	out[0] = "EVALSHA"
 	return out, nil
 }

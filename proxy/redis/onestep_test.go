@@ -55,8 +55,8 @@ func TestOneStepFailsWithoutWriting(t *testing.T) {
 	}
 	ctx := t.Context()
 	for _, cmd := range failing {
-		p, r := backend.check(fence, 100, TokenKey(fence), [][]string{cmd})
-		if r != nil {
+		var p plan
+		if r := backend.planOf(&p, fence, 100, [][]string{cmd}); r != nil {
 			t.Fatalf("%v: refused before sending: %v", cmd, r)
 		}
 		if got := p.args[argWritten]; got != 0 {

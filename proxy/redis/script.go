@@ -224,4 +224,10 @@ var script = goredis.NewScript(fenceScript)
 
 // leaseScript is fenceScript with leaseCheck first; a fence of another
 // source never runs it.
-var leaseScript = goredis.NewScript(shebang + leaseCheck + fenceScript[len(shebang):])
+var leaseScript = goredis.NewScript(leaseSource)
+
+// leaseSource is leaseScript's source.
+var leaseSource = shebang + leaseCheck + fenceScript[len(shebang):]
+
+// The scripts' SHA1s, boxed once for the commands that name them (seal).
+var scriptSHA, leaseScriptSHA any = script.Hash(), leaseScript.Hash()

@@ -34,7 +34,7 @@ func TestKindOfAllocs(t *testing.T) {
 // TestShapeOfShortCommands: a command too short for its options (which
 // never gets a reply from Redis, only an error) does not make shapeOf
 // panic.
-func TestShapeOfShortCommands(t *testing.T) {
+func TestShapeOfShortCommands(_ *testing.T) {
 	for _, args := range [][]string{{}, {"SET"}, {"set", "k"}, {"ZADD"}, {"ZRANGE", "k", "0"}, {"HRANDFIELD"}, {"ZPOPMIN"}, {"LPOP"}} {
 		_ = shapeOf(args)
 	}

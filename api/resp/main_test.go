@@ -75,6 +75,7 @@ type env struct {
 	cli   *clientv3.Client
 	admin *goredis.Client // straight to Redis, for checking what is stored
 	srv   *resp.Server
+	terms *election.Watcher // the listener's
 }
 
 func newEnv(t *testing.T, cfg resp.Config) *env {
@@ -145,7 +146,7 @@ func newEnvAt(t *testing.T, cfg resp.Config, opts proxy.Options, rcfg redis.Conf
 		<-done
 	})
 	_, port, _ := net.SplitHostPort(lis.Addr().String())
-	return &env{addr: lis.Addr().String(), port: port, cli: cli, admin: plainClient(t, addr, "", ""), srv: srv}
+	return &env{addr: lis.Addr().String(), port: port, cli: cli, admin: plainClient(t, addr, "", ""), srv: srv, terms: w}
 }
 
 // plainClient is a go-redis client as a user would configure it.
@@ -183,12 +184,19 @@ func (e *env) lead(t *testing.T, fence string) (uint64, func()) {
 }
 
 // succession makes a leader of fence resign after writing with a client,
-// and a new one take over: it returns the old (zombie) token and the new.
+// and a new one take over: it returns the old (zombie) token and the new,
+// once the listener's watch has delivered the new term (before, the old
+// token would be refused as ended, not as stale).
 func (e *env) succession(t *testing.T, fence string) (old, cur uint64) {
 	t.Helper()
 	old, resign := e.lead(t, fence)
 	resign()
 	cur, _ = e.lead(t, fence)
+	for deadline := time.Now().Add(10 * time.Second); e.terms.Term(fence).Rev != int64(cur); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the listener's watch did not deliver term %d of %s", cur, fence)
+		}
+	}
 	return old, cur
 }
 

@@ -52,8 +52,10 @@ type session struct {
 
 func newSession(ctx context.Context, s *Server, c net.Conn) *session {
 	lim := limits{maxArgs: s.cfg.MaxArgs, maxBulk: s.cfg.MaxBulkBytes, maxCommand: s.cfg.MaxCommandBytes, maxInline: s.cfg.MaxInlineBytes}
-	return &session{srv: s, conn: c, r: newReader(c, lim), w: newWriter(c), ctx: ctx, id: s.ids.Add(1),
-		authBy: time.Now().Add(s.cfg.AuthTimeout)}
+	return &session{
+		srv: s, conn: c, r: newReader(c, lim), w: newWriter(c), ctx: ctx, id: s.ids.Add(1),
+		authBy: time.Now().Add(s.cfg.AuthTimeout),
+	}
 }
 
 // errQuit ends a session the client asked to end.

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"runtime"
 	"sync/atomic"
@@ -27,6 +26,7 @@ const (
 // benchParallelism makes RunParallel, which starts parallelism × GOMAXPROCS
 // goroutines, run about n clients.
 func benchParallelism(b *testing.B, n int) {
+	b.Helper()
 	b.SetParallelism(max(1, (n+runtime.GOMAXPROCS(0)-1)/runtime.GOMAXPROCS(0)))
 }
 
@@ -35,7 +35,7 @@ func benchParallelism(b *testing.B, n int) {
 // trip) sent directly with pgx, with 16 clients on distinct fences.
 // Compare the two ns/op figures of one run.
 func BenchmarkFencedWrite(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	c, err := pgx.Connect(ctx, pgDSN)
 	if err != nil {
 		b.Fatal(err)
@@ -108,7 +108,7 @@ func BenchmarkFencedWrite(b *testing.B) {
 // with the same fencing script run directly with go-redis (the backend's
 // Exec, no gateway), with 50 clients on distinct fences.
 func BenchmarkRedisFencedSet(b *testing.B) {
-	ctx := context.Background()
+	ctx := b.Context()
 	b.Run("direct-script", func(b *testing.B) {
 		rd, err := redis.Open(ctx, redisAddr, redis.DefaultConfig())
 		if err != nil {

@@ -2,7 +2,7 @@ package api_test
 
 import (
 	"bufio"
-	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -92,7 +92,7 @@ func TestPoisonedHighWater(t *testing.T) {
 			fence := fenceName(t)
 			l := campaign(t, newEtcdClient(t), fence, "worker-1")
 			waitTerm(t, r, fence, l.token)
-			ctx := context.Background()
+			ctx := t.Context()
 
 			write := map[string]func() httpReply{
 				proxy.BackendPostgres: func() httpReply { return execHTTP(t, r, fence, l.token, insert(table, "leader", l.token)) },
@@ -234,7 +234,7 @@ func TestVerificationRateLimited(t *testing.T) {
 		}
 	}
 	// Over gRPC too, RESOURCE_EXHAUSTED.
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "fencing-token", fmt.Sprint(l.token+5000))
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "fencing-token", fmt.Sprint(l.token+5000))
 	_, err := r.grpc.Redis(ctx, &fencegatev1.RedisRequest{Fence: fence, Commands: []*structpb.ListValue{{Values: []*structpb.Value{
 		structpb.NewStringValue("SET"), structpb.NewStringValue("{" + fence + "}:k"), structpb.NewStringValue("v"),
 	}}}})
@@ -251,7 +251,7 @@ func TestVerificationRateLimited(t *testing.T) {
 		t.Fatalf("leader after the flood: got HTTP %d %v, want 200", got.code, got.body)
 	}
 	var mallory int
-	if err := c.QueryRow(context.Background(), "SELECT count(*) FROM "+table+" WHERE worker = 'mallory'").Scan(&mallory); err != nil {
+	if err := c.QueryRow(t.Context(), "SELECT count(*) FROM "+table+" WHERE worker = 'mallory'").Scan(&mallory); err != nil {
 		t.Fatal(err)
 	}
 	if mallory != 0 {
@@ -280,7 +280,7 @@ func TestExactIntegersHTTP(t *testing.T) {
 	rc := rdb(t)
 	fence := fenceName(t)
 	table := strings.ToLower(strings.ReplaceAll(fence, "-", "_"))
-	ctx := context.Background()
+	ctx := t.Context()
 	if _, err := c.Exec(ctx, fmt.Sprintf(`DROP TABLE IF EXISTS %[1]s; CREATE TABLE %[1]s(id text primary key, n bigint, x float8)`, table)); err != nil {
 		t.Fatal(err)
 	}
@@ -302,7 +302,7 @@ func TestExactIntegersHTTP(t *testing.T) {
 		t.Fatalf("got %d rows after refused writes, want 0", n)
 	}
 	var hw int64
-	if err := c.QueryRow(ctx, "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw); err != pgx.ErrNoRows {
+	if err := c.QueryRow(ctx, "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw); !errors.Is(err, pgx.ErrNoRows) {
 		t.Errorf("fence row: got high-water %d (err %v), want none: a refused write raised the fence", hw, err)
 	}
 
@@ -329,7 +329,7 @@ func TestExactIntegersHTTP(t *testing.T) {
 	// numbers formatted exactly.
 	key := func(k string) string { return "{" + fence + "}:" + k }
 	wantRefusal(t, redisHTTP(t, r, fence, l.token, fmt.Sprintf(`{"commands":[["SET",%q,12345678901234567]]}`, key("big"))), 400, "INVALID_REQUEST")
-	if err := rc.Get(ctx, key("big")).Err(); err != goredis.Nil {
+	if err := rc.Get(ctx, key("big")).Err(); !errors.Is(err, goredis.Nil) {
 		t.Errorf("GET %s after the refused write: got %v, want nil", key("big"), err)
 	}
 	got = redisHTTP(t, r, fence, l.token, fmt.Sprintf(`{"commands":[["SET",%q,"12345678901234567"],["SET",%q,7],["SET",%q,-0],["SET",%q,0.5],["SET",%q,1e-7],["SET",%q,1e15]]}`,
@@ -353,7 +353,7 @@ func TestExactIntegersGRPC(t *testing.T) {
 	fence := fenceName(t)
 	l := campaign(t, newEtcdClient(t), fence, "worker-1")
 	waitTerm(t, r, fence, l.token)
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "fencing-token", fmt.Sprint(l.token))
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "fencing-token", fmt.Sprint(l.token))
 	big := structpb.NewNumberValue(12345678901234567)
 	nested, _ := structpb.NewValue(map[string]any{"a": []any{1.0, 12345678901234567.0}})
 

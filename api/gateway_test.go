@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -22,11 +23,11 @@ import (
 // db runs setup and check queries directly against PostgreSQL.
 func db(t *testing.T) *pgx.Conn {
 	t.Helper()
-	c, err := pgx.Connect(context.Background(), pgDSN)
+	c, err := pgx.Connect(t.Context(), pgDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close(context.Background()) })
+	t.Cleanup(func() { c.Close(context.WithoutCancel(t.Context())) })
 	return c
 }
 
@@ -34,7 +35,7 @@ func db(t *testing.T) *pgx.Conn {
 func ledgerTable(t *testing.T, c *pgx.Conn) string {
 	t.Helper()
 	name := strings.ToLower(strings.ReplaceAll(fenceName(t), "-", "_"))
-	if _, err := c.Exec(context.Background(), fmt.Sprintf(
+	if _, err := c.Exec(t.Context(), fmt.Sprintf(
 		`DROP TABLE IF EXISTS %[1]s; CREATE TABLE %[1]s(id bigserial primary key, worker text not null, token bigint not null, n int)`, name)); err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +45,7 @@ func ledgerTable(t *testing.T, c *pgx.Conn) string {
 func count(t *testing.T, c *pgx.Conn, table string) int {
 	t.Helper()
 	var n int
-	if err := c.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+	if err := c.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -153,7 +154,7 @@ func TestLeaseExpiredIsTermEnded(t *testing.T) {
 	l := campaign(t, cli, fence, "worker-1")
 	waitTerm(t, r, fence, l.token)
 	// The lease goes away as it would on expiry.
-	if _, err := cli.Revoke(context.Background(), l.session.Lease()); err != nil {
+	if _, err := cli.Revoke(t.Context(), l.session.Lease()); err != nil {
 		t.Fatal(err)
 	}
 	waitTerm(t, r, fence, 0)
@@ -201,8 +202,8 @@ func TestBadInputHTTP(t *testing.T) {
 		t.Errorf("got %d rows after refused writes, want 0", n)
 	}
 	var hw int64
-	err := c.QueryRow(context.Background(), "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw)
-	if err != pgx.ErrNoRows {
+	err := c.QueryRow(t.Context(), "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw)
+	if !errors.Is(err, pgx.ErrNoRows) {
 		t.Errorf("fence row: got high-water %d (err %v), want none: a refused write raised the fence", hw, err)
 	}
 }
@@ -254,7 +255,7 @@ func TestStaleReplicaRefusedByBackend(t *testing.T) {
 		t.Errorf("got highWater %v, want %d from the backend", got.metadata["highWater"], b.token)
 	}
 	var zombies int
-	if err := c.QueryRow(context.Background(), "SELECT count(*) FROM "+table+" WHERE worker = 'zombie'").Scan(&zombies); err != nil {
+	if err := c.QueryRow(t.Context(), "SELECT count(*) FROM "+table+" WHERE worker = 'zombie'").Scan(&zombies); err != nil {
 		t.Fatal(err)
 	}
 	if zombies != 0 {
@@ -267,7 +268,7 @@ func TestStaleReplicaRefusedByBackend(t *testing.T) {
 		t.Errorf("frozen replica's suspect marks: got %v, want 1", got)
 	}
 	wantRefusal(t, execHTTP(t, frozen, fence, a.token, insert(table, "zombie", a.token)), 409, "STALE_TOKEN")
-	if err := c.QueryRow(context.Background(), "SELECT count(*) FROM "+table+" WHERE worker = 'zombie'").Scan(&zombies); err != nil || zombies != 0 {
+	if err := c.QueryRow(t.Context(), "SELECT count(*) FROM "+table+" WHERE worker = 'zombie'").Scan(&zombies); err != nil || zombies != 0 {
 		t.Errorf("got %d zombie rows (%v), want 0", zombies, err)
 	}
 }
@@ -300,7 +301,7 @@ func TestGRPC(t *testing.T) {
 		Params: []*structpb.Value{structpb.NewStringValue("a"), structpb.NewNumberValue(float64(a.token))},
 	}}}
 	withToken := func(tok string) context.Context {
-		return metadata.AppendToOutgoingContext(context.Background(), "fencing-token", tok)
+		return metadata.AppendToOutgoingContext(t.Context(), "fencing-token", tok)
 	}
 	resp, err := r.grpc.Exec(withToken(fmt.Sprint(a.token)), req)
 	if err != nil {
@@ -321,7 +322,7 @@ func TestGRPC(t *testing.T) {
 	}{
 		{"stale", withToken(fmt.Sprint(a.token)), codes.Aborted, "STALE_TOKEN"},
 		{"forged", withToken(fmt.Sprint(b.token + 99)), codes.FailedPrecondition, "UNKNOWN_TERM"},
-		{"missing", context.Background(), codes.InvalidArgument, "MISSING_TOKEN"},
+		{"missing", t.Context(), codes.InvalidArgument, "MISSING_TOKEN"},
 		{"malformed", withToken("x"), codes.InvalidArgument, "INVALID_TOKEN"},
 	}
 	for _, tt := range tests {
@@ -339,7 +340,7 @@ func TestGRPC(t *testing.T) {
 			}
 		})
 	}
-	f, err := r.grpc.GetFence(context.Background(), &fencegatev1.GetFenceRequest{Fence: fence})
+	f, err := r.grpc.GetFence(t.Context(), &fencegatev1.GetFenceRequest{Fence: fence})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -90,13 +90,13 @@ func runMain(m *testing.M) int {
 	return code
 }
 
-func newEtcdClient(t testing.TB) *clientv3.Client {
-	t.Helper()
+func newEtcdClient(tb testing.TB) *clientv3.Client {
+	tb.Helper()
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
-		t.Fatalf("etcd client: %v", err)
+		tb.Fatalf("etcd client: %v", err)
 	}
-	t.Cleanup(func() { cli.Close() })
+	tb.Cleanup(func() { cli.Close() })
 	return cli
 }
 
@@ -114,9 +114,9 @@ type replica struct {
 // startReplica starts a replica with the default configuration. With watch
 // false its election watch never runs, so it knows only what its own etcd
 // verification reads tell it.
-func startReplica(t testing.TB, watch bool) *replica {
-	t.Helper()
-	return startReplicaWith(t, replicaConfig{watch: watch, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig()})
+func startReplica(tb testing.TB, watch bool) *replica {
+	tb.Helper()
+	return startReplicaWith(tb, replicaConfig{watch: watch, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig()})
 }
 
 // replicaConfig is how a test's replica is configured.
@@ -141,30 +141,30 @@ type replicaConfig struct {
 	audit proxy.AuditLog
 }
 
-func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
-	t.Helper()
+func startReplicaWith(tb testing.TB, rc replicaConfig) *replica {
+	tb.Helper()
 	watch := rc.watch
-	cli := newEtcdClient(t)
+	cli := newEtcdClient(tb)
 	w, err := election.NewWatcher(cli, election.WatcherConfig{Prefix: prefix})
 	if err != nil {
-		t.Fatalf("watcher: %v", err)
+		tb.Fatalf("watcher: %v", err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(tb.Context())
 	var wg sync.WaitGroup
-	t.Cleanup(func() { cancel(); wg.Wait() })
+	tb.Cleanup(func() { cancel(); wg.Wait() })
 	if watch {
 		wg.Add(1)
 		go func() { defer wg.Done(); _ = w.Run(ctx) }()
-		waitFor(t, "watch synced", w.Synced)
+		waitFor(tb, "watch synced", w.Synced)
 	}
 
-	pg, err := postgres.Open(context.Background(), pgDSN, postgres.DefaultConfig())
+	pg, err := postgres.Open(tb.Context(), pgDSN, postgres.DefaultConfig())
 	if err != nil {
-		t.Fatalf("postgres: %v", err)
+		tb.Fatalf("postgres: %v", err)
 	}
-	t.Cleanup(pg.Close)
-	if err := pg.Migrate(context.Background()); err != nil {
-		t.Fatalf("migrate: %v", err)
+	tb.Cleanup(pg.Close)
+	if err := pg.Migrate(tb.Context()); err != nil {
+		tb.Fatalf("migrate: %v", err)
 	}
 	rcfg := redis.DefaultConfig()
 	rcfg.Leases = rc.redisLeases
@@ -172,11 +172,11 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	if rc.redisAddr != "" {
 		raddr = rc.redisAddr
 	}
-	rd, err := redis.Open(context.Background(), raddr, rcfg)
+	rd, err := redis.Open(tb.Context(), raddr, rcfg)
 	if err != nil {
-		t.Fatalf("redis: %v", err)
+		tb.Fatalf("redis: %v", err)
 	}
-	t.Cleanup(func() { rd.Close() })
+	tb.Cleanup(func() { rd.Close() })
 	reg := prometheus.NewRegistry()
 	logs := &syncBuffer{}
 	log := slog.New(slog.NewTextHandler(logs, nil))
@@ -184,7 +184,7 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	if len(rc.routes) > 0 {
 		r, err := election.NewRouter(w, rc.routes, rc.others)
 		if err != nil {
-			t.Fatal(err)
+			tb.Fatal(err)
 		}
 		terms = r
 	}
@@ -196,14 +196,14 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	}
 	gw, err := proxy.New(rc.proxy, opts)
 	if err != nil {
-		t.Fatalf("proxy: %v", err)
+		tb.Fatalf("proxy: %v", err)
 	}
 	if resets != nil {
 		done, err := resets.Start(ctx, func(fence string, mark int64) { gw.LowerLocal(fence, tokens.Token(mark)) })
 		if err != nil {
-			t.Fatalf("resets: %v", err)
+			tb.Fatalf("resets: %v", err)
 		}
-		t.Cleanup(func() { cancel(); <-done })
+		tb.Cleanup(func() { cancel(); <-done })
 	}
 	srv := api.NewServer(gw, 64<<10)
 
@@ -211,29 +211,29 @@ func startReplicaWith(t testing.TB, rc replicaConfig) *replica {
 	srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = gs.Serve(lis) }()
-	t.Cleanup(gs.Stop)
+	tb.Cleanup(gs.Stop)
 	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close() })
+	tb.Cleanup(func() { conn.Close() })
 
 	h, err := srv.HTTPHandler(ctx, api.HTTPConfig{
 		Ready:   func(ctx context.Context) error { return gw.Ready(ctx) },
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	// The server cmd/fencegate serves with, limits included.
 	hs := httptest.NewUnstartedServer(h)
 	hs.Config = api.NewHTTPServer(h, rc.http)
 	hs.Start()
-	t.Cleanup(hs.Close)
+	tb.Cleanup(hs.Close)
 	return &replica{watcher: w, reg: reg, grpc: fencegatev1.NewGatewayClient(conn), url: hs.URL, stop: cancel, logs: logs}
 }
 
@@ -263,44 +263,44 @@ type leader struct {
 	token   int64
 }
 
-func campaign(t testing.TB, cli *clientv3.Client, name, value string) *leader {
-	t.Helper()
+func campaign(tb testing.TB, cli *clientv3.Client, name, value string) *leader {
+	tb.Helper()
 	s, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
 	if err != nil {
-		t.Fatalf("session: %v", err)
+		tb.Fatalf("session: %v", err)
 	}
-	t.Cleanup(func() { s.Close() })
+	tb.Cleanup(func() { s.Close() })
 	e := concurrency.NewElection(s, prefix+"/"+name)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(tb.Context(), 10*time.Second)
 	defer cancel()
 	if err := e.Campaign(ctx, value); err != nil {
-		t.Fatalf("campaign %s: %v", value, err)
+		tb.Fatalf("campaign %s: %v", value, err)
 	}
 	return &leader{session: s, elec: e, token: e.Rev()}
 }
 
-func (l *leader) resign(t testing.TB) {
-	t.Helper()
-	if err := l.elec.Resign(context.Background()); err != nil {
-		t.Fatalf("resign: %v", err)
+func (l *leader) resign(tb testing.TB) {
+	tb.Helper()
+	if err := l.elec.Resign(tb.Context()); err != nil {
+		tb.Fatalf("resign: %v", err)
 	}
 }
 
 // waitFor polls cond until it holds or 10 s pass.
-func waitFor(t testing.TB, what string, cond func() bool) {
-	t.Helper()
+func waitFor(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
+			tb.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
 }
 
-func waitTerm(t testing.TB, r *replica, name string, rev int64) {
-	t.Helper()
-	waitFor(t, fmt.Sprintf("term %d of %s", rev, name), func() bool { return r.watcher.Term(name).Rev == rev })
+func waitTerm(tb testing.TB, r *replica, name string, rev int64) {
+	tb.Helper()
+	waitFor(tb, fmt.Sprintf("term %d of %s", rev, name), func() bool { return r.watcher.Term(name).Rev == rev })
 }
 
 var nonName = regexp.MustCompile(`[^A-Za-z0-9]+`)
@@ -310,6 +310,7 @@ var nonName = regexp.MustCompile(`[^A-Za-z0-9]+`)
 // process (go test -count=N), whose backends still hold the first run's
 // marks and keys.
 func fenceName(t *testing.T) string {
+	t.Helper()
 	base := strings.Trim(nonName.ReplaceAllString(t.Name(), "-"), "-")
 	fenceRuns.Lock()
 	defer fenceRuns.Unlock()

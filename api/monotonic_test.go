@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -57,7 +56,7 @@ func TestMonotonicSource(t *testing.T) {
 		t.Fatalf("got %d rows, want the 5 accepted writes", n)
 	}
 	var hw int64
-	if err := c.QueryRow(context.Background(), "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw); err != nil || hw != 1000 {
+	if err := c.QueryRow(t.Context(), "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw); err != nil || hw != 1000 {
 		t.Fatalf("got high-water mark %d (%v), want 1000", hw, err)
 	}
 	// Redis keeps its own marks, under the same rule.

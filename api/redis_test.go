@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -73,7 +72,7 @@ func TestRedisHTTP(t *testing.T) {
 			wantRefusal(t, redisHTTP(t, r, fence, tt.token, tt.body), tt.code, tt.reason)
 		})
 	}
-	if v, _ := c.Get(context.Background(), key).Result(); v != "7" {
+	if v, _ := c.Get(t.Context(), key).Result(); v != "7" {
 		t.Errorf("got %s = %q after refused writes, want \"7\"", key, v)
 	}
 
@@ -87,7 +86,7 @@ func TestRedisHTTP(t *testing.T) {
 	if got := redisHTTP(t, r, fence, b.token, fmt.Sprintf(`{"commands":[["SET",%q,"10"]]}`, key)); got.code != 200 {
 		t.Fatalf("leader b: got HTTP %d %v, want 200", got.code, got.body)
 	}
-	if v, _ := c.Get(context.Background(), key).Result(); v != "10" {
+	if v, _ := c.Get(t.Context(), key).Result(); v != "10" {
 		t.Errorf("got %s = %q, want \"10\"", key, v)
 	}
 	f := doHTTP(t, http.MethodGet, r.url+"/v1/fences/"+fence, "", "")
@@ -124,7 +123,7 @@ func TestRedisStaleReplicaRefusedByBackend(t *testing.T) {
 	if got.metadata["highWater"] != fmt.Sprint(b.token) {
 		t.Errorf("got highWater %v, want %d", got.metadata["highWater"], b.token)
 	}
-	if l, _ := c.LRange(context.Background(), key, 0, -1).Result(); fmt.Sprint(l) != "[b]" {
+	if l, _ := c.LRange(t.Context(), key, 0, -1).Result(); fmt.Sprint(l) != "[b]" {
 		t.Errorf("got ledger %v, want [b]: the zombie's value landed", l)
 	}
 }
@@ -144,7 +143,7 @@ func TestRedisGRPC(t *testing.T) {
 	req := &fencegatev1.RedisRequest{Fence: fence, Commands: []*structpb.ListValue{
 		cmd("SET", "{"+fence+"}:n", 41), cmd("INCR", "{"+fence+"}:n"),
 	}}
-	ctx := metadata.AppendToOutgoingContext(context.Background(), "fencing-token", fmt.Sprint(l.token))
+	ctx := metadata.AppendToOutgoingContext(t.Context(), "fencing-token", fmt.Sprint(l.token))
 	resp, err := r.grpc.Redis(ctx, req)
 	if err != nil {
 		t.Fatalf("Redis: %v", err)

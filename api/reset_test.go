@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -63,10 +62,10 @@ func TestResetFence(t *testing.T) {
 		t.Fatalf("reset to 8: got %v, want highWaterBefore 1000, highWater 8, termLowered true", got.body)
 	}
 	var hw int64
-	if err := c.QueryRow(context.Background(), "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw); err != nil || hw != 8 {
+	if err := c.QueryRow(t.Context(), "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw); err != nil || hw != 8 {
 		t.Fatalf("postgres mark after the reset: got %d (%v), want 8", hw, err)
 	}
-	if v, err := rdb(t).Get(context.Background(), "fencegate:{"+fence+"}:token").Result(); err != nil || v != "8" {
+	if v, err := rdb(t).Get(t.Context(), "fencegate:{"+fence+"}:token").Result(); err != nil || v != "8" {
 		t.Fatalf("redis mark after the reset: got %q (%v), want 8", v, err)
 	}
 
@@ -105,7 +104,7 @@ func TestResetOutOfReach(t *testing.T) {
 	waitTerm(t, r, fence, l.token)
 	wantRefusal(t, execHTTP(t, r, fence, l.token, fmt.Sprintf(`{"sql":"SELECT fencegate.reset('%s', 0)"}`, fence)), 400, "INVALID_REQUEST")
 
-	ctx := context.Background()
+	ctx := t.Context()
 	tx, err := c.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -177,8 +176,10 @@ func TestResetPartly(t *testing.T) {
 		t.Fatal(err)
 	}
 	var trail auditTrail
-	r := startReplicaWith(t, replicaConfig{watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(),
-		routes: routes, redisAddr: own.Addr(), audit: &trail})
+	r := startReplicaWith(t, replicaConfig{
+		watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(),
+		routes: routes, redisAddr: own.Addr(), audit: &trail,
+	})
 	c := db(t)
 	table := ledgerTable(t, c)
 	fence := "mono-" + fenceName(t)
@@ -186,7 +187,7 @@ func TestResetPartly(t *testing.T) {
 	mark := func() int64 {
 		t.Helper()
 		var hw int64
-		if err := c.QueryRow(context.Background(), "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw); err != nil {
+		if err := c.QueryRow(t.Context(), "SELECT token FROM fencegate.fences WHERE name = $1", fence).Scan(&hw); err != nil {
 			t.Fatal(err)
 		}
 		return hw

@@ -85,7 +85,7 @@ func startZooKeeperSource(t *testing.T, addr string) *zookeeper.Source {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = s.Run(ctx) }()
@@ -103,7 +103,7 @@ func startZooKeeperSource(t *testing.T, addr string) *zookeeper.Source {
 // that resigned with no successor is TERM_ENDED, in PostgreSQL and Redis.
 // Nothing is stored for any refusal.
 func TestZooKeeperSource(t *testing.T) {
-	zk, err := throwaway.Start(context.Background(), throwaway.Options{})
+	zk, err := throwaway.Start(t.Context(), throwaway.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -114,8 +114,10 @@ func TestZooKeeperSource(t *testing.T) {
 	}
 	za, zb := startZooKeeperSource(t, zk.Addr()), startZooKeeperSource(t, zk.Addr())
 	rc := func(s *zookeeper.Source) replicaConfig {
-		return replicaConfig{watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(), routes: routes,
-			others: map[string]election.Source{election.SourceZooKeeper: s}}
+		return replicaConfig{
+			watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(), routes: routes,
+			others: map[string]election.Source{election.SourceZooKeeper: s},
+		}
 	}
 	a, b := startReplicaWith(t, rc(za)), startReplicaWith(t, rc(zb))
 	c := db(t)
@@ -177,7 +179,7 @@ func TestZooKeeperSource(t *testing.T) {
 		t.Fatalf("got %d rows, want the 2 accepted writes", n)
 	}
 	var v string
-	if err := c.QueryRow(context.Background(), "SELECT string_agg(worker, ',' ORDER BY token) FROM "+table).Scan(&v); err != nil || v != "A,B" {
+	if err := c.QueryRow(t.Context(), "SELECT string_agg(worker, ',' ORDER BY token) FROM "+table).Scan(&v); err != nil || v != "A,B" {
 		t.Fatalf("got rows %q (%v), want A,B", v, err)
 	}
 	if got := za.Term(fence); got.Last != tb || got.HasLeader() {

@@ -25,7 +25,7 @@ const fencedMark = "coalesce(nullif(current_setting('fencegate.fenced', true), '
 // fenced transaction is refused with FG006 before the server runs any of
 // it, and nothing is written.
 func TestRefusedUnfenceable(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "atk")
 	tok, _ := e.lead(t, "atk")
@@ -139,7 +139,7 @@ func TestRefusedUnfenceable(t *testing.T) {
 // the Sync, run in a new transaction; fencegate checks the fence again
 // in front of them.
 func TestPipelineCommitThenMore(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "pipe")
 	tok, _ := e.lead(t, "pipe")
@@ -170,7 +170,7 @@ func TestPipelineCommitThenMore(t *testing.T) {
 // TestEveryTransactionFenced: reads, writes, explicit blocks and
 // transactions after a refused one all run the fence check.
 func TestEveryTransactionFenced(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	tok, _ := e.lead(t, "every")
 	c := e.connect(t, "every", tok)
@@ -227,7 +227,7 @@ func wantCodeOf(err error) string {
 
 func (e *env) values(t *testing.T, table string) []string {
 	t.Helper()
-	rows, err := e.admin.Query(context.Background(), "SELECT v FROM "+table+" ORDER BY id")
+	rows, err := e.admin.Query(t.Context(), "SELECT v FROM "+table+" ORDER BY id")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func (e *env) values(t *testing.T, table string) []string {
 // prepared as COMMIT would end the fenced transaction in the middle of a
 // string; it is refused.
 func TestExecuteOfPreparedCommit(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "exe")
 	tok, _ := e.lead(t, "exe")
@@ -275,7 +275,7 @@ func TestExecuteOfPreparedCommit(t *testing.T) {
 // refusals at once, a connection gets the error before anything is read.
 // A freed place is taken again.
 func TestAttackConnections(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{MaxConnections: 2})
 	fence := "conns"
 	tok, _ := e.lead(t, fence)
@@ -361,7 +361,7 @@ func TestAttackConnections(t *testing.T) {
 // place back: with MaxConnections 2, after forty of them two clients
 // still connect, and nothing stays counted.
 func TestAttackConnectionsReleased(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{MaxConnections: 2})
 	fence := "released"
 	tok, _ := e.lead(t, fence)
@@ -413,7 +413,7 @@ func TestAttackConnectionsReleased(t *testing.T) {
 // database refused a second call by a setting, fencegate.fenced, which
 // RESET ALL or set_config in dynamic SQL clears.
 func TestDynamicAdvanceRefused(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	victim, _ := e.lead(t, "victim")
 	vc := e.connect(t, "victim", victim)
@@ -421,12 +421,12 @@ func TestDynamicAdvanceRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	tok, _ := e.lead(t, "dyn")
-	const max = "9223372036854775807"
-	adv := "EXECUTE 'SELECT fence' || 'gate.advance(''victim'', " + max + ")';"
+	const maxInt64 = "9223372036854775807"
+	adv := "EXECUTE 'SELECT fence' || 'gate.advance(''victim'', " + maxInt64 + ")';"
 	for _, tc := range []struct{ name, sql string }{
 		{"after RESET ALL", "DO $$ BEGIN EXECUTE 'RESET ALL'; " + adv + " END $$"},
 		{"after set_config", "DO $$ BEGIN EXECUTE 'SELECT set_' || 'config(''fence' || 'gate.fenced'', '''', true)'; " + adv + " END $$"},
-		{"advance_term", "DO $$ BEGIN EXECUTE 'RESET ALL'; EXECUTE 'SELECT fence' || 'gate.advance_term(''victim'', " + max + ", ''pg_class'', ''hashtext'')'; END $$"},
+		{"advance_term", "DO $$ BEGIN EXECUTE 'RESET ALL'; EXECUTE 'SELECT fence' || 'gate.advance_term(''victim'', " + maxInt64 + ", ''pg_class'', ''hashtext'')'; END $$"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := e.connect(t, "dyn", tok)
@@ -459,7 +459,7 @@ func TestDynamicAdvanceRefused(t *testing.T) {
 // transaction is still fenced, a zombie's refused, and an error's
 // position counts from the client's own SQL.
 func TestTransactionSetup(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "setup")
 	old, resign := e.lead(t, "setup")
@@ -569,7 +569,7 @@ func TestTransactionSetup(t *testing.T) {
 // changed since that snapshot fails the transaction (40001), and
 // nothing is stored.
 func TestImportedSnapshot(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "snap")
 	tok, _ := e.lead(t, "snap")
@@ -602,7 +602,7 @@ func TestImportedSnapshot(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := e.admin.Exec(context.Background(), "SELECT fencegate.reset('snap', 0)"); err != nil {
+		if _, err := e.admin.Exec(context.WithoutCancel(t.Context()), "SELECT fencegate.reset('snap', 0)"); err != nil {
 			t.Error(err)
 		}
 	})
@@ -623,7 +623,7 @@ func TestImportedSnapshot(t *testing.T) {
 // (migration 007): the leader's reads, a new term's first reads (which
 // raise no mark), and a stale token refused by the database.
 func TestReadOnlyTransactions(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "ro")
 	mark := func() uint64 {
@@ -689,7 +689,7 @@ func TestReadOnlyTransactions(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if _, err := e.admin.Exec(context.Background(), "SELECT fencegate.reset('ro', 0)"); err != nil {
+		if _, err := e.admin.Exec(context.WithoutCancel(t.Context()), "SELECT fencegate.reset('ro', 0)"); err != nil {
 			t.Error(err)
 		}
 	})
@@ -705,7 +705,7 @@ func TestReadOnlyTransactions(t *testing.T) {
 // own. Here the server's is COMMIT, whose EXECUTE would end the fenced
 // transaction and run the rest of the string unchecked.
 func TestLocalNameShadowsNoStatement(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "shadow")
 	tok, _ := e.lead(t, "shadow")
@@ -731,7 +731,7 @@ func TestLocalNameShadowsNoStatement(t *testing.T) {
 // statement (here, PostgreSQL then refuses the late SET TRANSACTION), so
 // a client repeating them holds nothing of fencegate's without end.
 func TestDeferralsBounded(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	tok, _ := e.lead(t, "deferrals")
 	for _, extended := range []bool{false, true} {

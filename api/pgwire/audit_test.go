@@ -1,7 +1,6 @@
 package pgwire_test
 
 import (
-	"context"
 	"sync"
 	"testing"
 
@@ -34,7 +33,7 @@ func (a *auditTrail) records() []audit.Record {
 // check ran after the statements that set it up (counted too, in order),
 // and an implicit one after them, which counts only its own.
 func TestAuditRecordsStatements(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	var trail auditTrail
 	e := newEnvWith(t, pgwire.Config{}, envOptions{audit: &trail})
 	e.table(t, "audited")

@@ -345,7 +345,7 @@ const discardAllSQL = "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; 
 // refuseQuery replaces a refused Query (or FunctionCall) with one the
 // server fails, so the transaction fails as the client expects, and the
 // error is rewritten to r.
-func (c *session) refuseQuery(r *tokens.RefusalError, raw []byte) error {
+func (c *session) refuseQuery(r *tokens.RefusalError, _ []byte) error {
 	c.out = appendQuery(c.out[:0], []byte("fencegate refused"))
 	c.push(reply{msg: 'Q', own: ownRefusal, why: r, chg: -1})
 	_, err := c.sw.Write(c.out)

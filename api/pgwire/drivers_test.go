@@ -51,32 +51,44 @@ var pgDrivers = []pgDriver{
 	// fenced, so with the zombie's token the connection fails before it
 	// could SET the token. A worker that SETs its new token on pooled
 	// connections opened them while its token was current.
-	{name: "pgjdbc", argv: []string{"java", "-cp", pgJDBC, "testdata/PgJDBCWorker.java"}, rows: 10,
-		setOpts: []string{"assumeMinServerVersion=9.4"}},
+	{
+		name: "pgjdbc", argv: []string{"java", "-cp", pgJDBC, "testdata/PgJDBCWorker.java"}, rows: 10,
+		setOpts: []string{"assumeMinServerVersion=9.4"},
+	},
 	// A savepoint before every statement of a transaction, in the same
 	// round trip.
-	{name: "pgjdbc autosave", argv: []string{"java", "-cp", pgJDBC, "testdata/PgJDBCWorker.java"}, rows: 10,
-		opts: []string{"autosave=always"}, setOpts: []string{"autosave=always", "assumeMinServerVersion=9.4"}},
+	{
+		name: "pgjdbc autosave", argv: []string{"java", "-cp", pgJDBC, "testdata/PgJDBCWorker.java"}, rows: 10,
+		opts: []string{"autosave=always"}, setOpts: []string{"autosave=always", "assumeMinServerVersion=9.4"},
+	},
 	// A HikariCP pool (Spring Boot's) of PgJDBC connections: it rolls
 	// back a transaction left open as a connection comes back, resets
 	// the isolation level, validates with isValid.
-	{name: "hikaricp", argv: []string{"java", "-cp", hikariCP, "testdata/HikariWorker.java"}, rows: 6,
+	{
+		name: "hikaricp", argv: []string{"java", "-cp", hikariCP, "testdata/HikariWorker.java"}, rows: 6,
 		opts:  []string{"assumeMinServerVersion=9.4"},
-		noSet: "HikariCP reads the default isolation level (PgJDBC's SHOW TRANSACTION ISOLATION LEVEL) as its pool's first connection opens, before connectionInitSql"},
+		noSet: "HikariCP reads the default isolation level (PgJDBC's SHOW TRANSACTION ISOLATION LEVEL) as its pool's first connection opens, before connectionInitSql",
+	},
 	{name: "node-postgres", argv: []string{"node", "../testdata/node/pg.mjs"}, rows: 7},
 	// postgres.js reads the array types with its first query on a
 	// connection, fenced like any other.
-	{name: "postgres.js", argv: []string{"node", "../testdata/node/postgresjs.mjs"}, rows: 10,
-		setOpts: []string{"fetch_types=false"}},
+	{
+		name: "postgres.js", argv: []string{"node", "../testdata/node/postgresjs.mjs"}, rows: 10,
+		setOpts: []string{"fetch_types=false"},
+	},
 	// ORMs over psycopg2 (Debian's python3-sqlalchemy and python3-django).
 	{name: "sqlalchemy", argv: []string{"/usr/bin/python3", "testdata/sqlalchemy_worker.py"}, rows: 7},
 	// Django SETs TIME ZONE at connect, before its connection_created
 	// signal, where the worker SETs its token.
-	{name: "django", argv: []string{"/usr/bin/python3", "testdata/django_worker.py"}, rows: 5,
-		setOpts: []string{"tz=none"}},
+	{
+		name: "django", argv: []string{"/usr/bin/python3", "testdata/django_worker.py"}, rows: 5,
+		setOpts: []string{"tz=none"},
+	},
 	// Rails' ORM over ruby-pg (Debian's ruby-activerecord and ruby-pg).
-	{name: "activerecord", argv: []string{"ruby", "testdata/activerecord_worker.rb"}, rows: 5,
-		noSet: "ActiveRecord SETs client_min_messages and standard_conforming_strings as a connection opens, before the worker can run anything"},
+	{
+		name: "activerecord", argv: []string{"ruby", "testdata/activerecord_worker.rb"}, rows: 5,
+		noSet: "ActiveRecord SETs client_min_messages and standard_conforming_strings as a connection opens, before the worker can run anything",
+	},
 	// PHP's PDO over libpq (Debian's php-pgsql): named statements of
 	// libpq's PQprepare, SET TRANSACTION after PDO's BEGIN, COPY.
 	{name: "pdo_pgsql", argv: []string{"php", "../testdata/php/pdo_worker.php"}, rows: 6},
@@ -191,7 +203,7 @@ func TestDrivers(t *testing.T) {
 func (e *env) countLike(t *testing.T, table, pattern string) int {
 	t.Helper()
 	var n int
-	if err := e.admin.QueryRow(context.Background(), "SELECT count(*) FROM "+table+" WHERE v LIKE $1", pattern).Scan(&n); err != nil {
+	if err := e.admin.QueryRow(t.Context(), "SELECT count(*) FROM "+table+" WHERE v LIKE $1", pattern).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n

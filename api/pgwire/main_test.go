@@ -91,7 +91,9 @@ type envOptions struct {
 
 func newEnvWith(t *testing.T, cfg pgwire.Config, o envOptions) *env {
 	t.Helper()
-	ctx := context.Background()
+	// Not cancelled when the test ends: the cleanups below shut down
+	// with it, and the watch runs until its own cleanup.
+	ctx := context.WithoutCancel(t.Context())
 	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
@@ -167,7 +169,7 @@ func (e *env) table(t *testing.T, name string) {
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON " + name + " TO worker",
 		"GRANT USAGE, SELECT, UPDATE ON SEQUENCE " + name + "_id_seq TO worker",
 	} {
-		if _, err := e.admin.Exec(context.Background(), sql); err != nil {
+		if _, err := e.admin.Exec(t.Context(), sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
@@ -176,7 +178,7 @@ func (e *env) table(t *testing.T, name string) {
 func (e *env) count(t *testing.T, table string) int {
 	t.Helper()
 	var n int
-	if err := e.admin.QueryRow(context.Background(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
+	if err := e.admin.QueryRow(t.Context(), "SELECT count(*) FROM "+table).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -192,12 +194,12 @@ func (e *env) lead(t *testing.T, fence string) (uint64, func()) {
 	}
 	t.Cleanup(func() { s.Close() })
 	el := concurrency.NewElection(s, prefix+"/"+fence)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
 	if err := el.Campaign(ctx, "leader"); err != nil {
 		t.Fatal(err)
 	}
-	return uint64(el.Rev()), func() { _ = el.Resign(context.Background()) }
+	return uint64(el.Rev()), func() { _ = el.Resign(t.Context()) }
 }
 
 // dsn is the listener's DSN for user with fence and token.
@@ -207,11 +209,11 @@ func (e *env) dsn(user, fence string, token uint64) string {
 
 func (e *env) connect(t *testing.T, fence string, token uint64) *pgx.Conn {
 	t.Helper()
-	c, err := pgx.Connect(context.Background(), e.dsn("worker", fence, token))
+	c, err := pgx.Connect(t.Context(), e.dsn("worker", fence, token))
 	if err != nil {
 		t.Fatalf("connect through fencegate: %v", err)
 	}
-	t.Cleanup(func() { c.Close(context.Background()) })
+	t.Cleanup(func() { c.Close(context.WithoutCancel(t.Context())) })
 	return c
 }
 

@@ -16,7 +16,7 @@ import (
 // pgbench runs the real pgbench against the listener.
 func (e *env) pgbench(t *testing.T, fence string, token uint64, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 120*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "pgbench", append([]string{"-h", "127.0.0.1", "-p", e.port, "-U", "worker"}, append(args, "postgres")...)...)
 	env := []string{"PGOPTIONS=-c fencegate.fence=" + fence + " -c fencegate.token=" + fmt.Sprint(token)}
@@ -34,12 +34,12 @@ func (e *env) pgbench(t *testing.T, fence string, token uint64, args ...string) 
 // script in every query mode, and a pipelined script, through the
 // listener; a zombie's run is refused and changes nothing.
 func TestPgbench(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	if _, err := e.admin.Exec(ctx, "GRANT CREATE ON SCHEMA public TO worker"); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _, _ = e.admin.Exec(context.Background(), "REVOKE CREATE ON SCHEMA public FROM worker") })
+	t.Cleanup(func() { _, _ = e.admin.Exec(context.WithoutCancel(ctx), "REVOKE CREATE ON SCHEMA public FROM worker") })
 	old, resign := e.lead(t, "bench")
 	if out, err := e.pgbench(t, "bench", old, "-i", "-I", "dtg", "-s", "1"); err != nil {
 		t.Fatalf("pgbench -i: %v\n%s", err, out)

@@ -60,7 +60,7 @@ const writesPerRun = 8
 // writing is refused with FG001 and nothing of it is stored; SET
 // fencegate.token moves the session to the new term.
 func TestPgxCurrentStaleAndSetToken(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "pgx_jobs")
 	old, resign := e.lead(t, "pgxjobs")

@@ -19,7 +19,7 @@ import (
 // fence and token, and returns its output and error.
 func (e *env) psql(t *testing.T, fence string, token uint64, args ...string) (string, error) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "psql", append([]string{"-X", "-q", "-v", "ON_ERROR_STOP=1", "-h", "127.0.0.1", "-p", e.port, "-U", "worker", "-d", "postgres"}, args...)...)
 	env := []string{"PGOPTIONS=-c fencegate.fence=" + fence + " -c fencegate.token=" + fmt.Sprint(token)}
@@ -100,7 +100,7 @@ func TestPsql(t *testing.T) {
 // into the client's transaction refuses it: FG001 and nothing stored, for
 // simple queries, extended ones, batches and blocks.
 func TestRefusedByTheDatabase(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "dbpath")
 	tok, _ := e.lead(t, "dbpath")
@@ -114,7 +114,7 @@ func TestRefusedByTheDatabase(t *testing.T) {
 	// Forgotten afterwards: the next run's leader has a lower token than
 	// this mark (go test -count=N).
 	t.Cleanup(func() {
-		if _, err := e.admin.Exec(ctx, "SELECT fencegate.reset('dbpath', 0)"); err != nil {
+		if _, err := e.admin.Exec(context.WithoutCancel(ctx), "SELECT fencegate.reset('dbpath', 0)"); err != nil {
 			t.Error(err)
 		}
 	})

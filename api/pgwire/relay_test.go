@@ -98,8 +98,10 @@ func TestRelayAsDirect(t *testing.T) {
 			&pgproto3.Parse{Query: ""},
 			&pgproto3.Bind{},
 			&pgproto3.Execute{}),
-		{name: "COPY FROM STDIN", msgs: []pgproto3.FrontendMessage{&pgproto3.Query{String: "COPY relay_t(v) FROM STDIN"}},
-			copy: [][]byte{[]byte("c1\nc2\n"), []byte("c3\n")}},
+		{
+			name: "COPY FROM STDIN", msgs: []pgproto3.FrontendMessage{&pgproto3.Query{String: "COPY relay_t(v) FROM STDIN"}},
+			copy: [][]byte{[]byte("c1\nc2\n"), []byte("c3\n")},
+		},
 		query("SELECT string_agg(v, ',' ORDER BY v) FROM relay_t WHERE v LIKE 'c%'"),
 		query("COPY (SELECT v FROM relay_t WHERE v LIKE 'c%' ORDER BY v) TO STDOUT"),
 		query("RESET application_name"),

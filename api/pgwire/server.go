@@ -174,8 +174,10 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Server{gw: gw, cfg: cfg, target: t, log: log, cancels: cancelKeys{m: map[uint32]*cancelKey{}},
-		stop: make(chan struct{}), sweepDone: make(chan struct{})}, nil
+	return &Server{
+		gw: gw, cfg: cfg, target: t, log: log, cancels: cancelKeys{m: map[uint32]*cancelKey{}},
+		stop: make(chan struct{}), sweepDone: make(chan struct{}),
+	}, nil
 }
 
 // ErrServerClosed is returned by Serve after Shutdown or Close.

@@ -297,7 +297,7 @@ func (c *session) run() {
 }
 
 // done calls Done for every admission still open, once.
-func (c *session) done(err error) {
+func (c *session) done(_ error) {
 	c.doneOnce.Do(func() {
 		if c.cancelPID != 0 {
 			c.s.cancels.remove(c.cancelPID)
@@ -313,7 +313,7 @@ func (c *session) done(err error) {
 		}
 		var adms []*proxy.Admission
 		for i := 0; i < c.qlen; i++ {
-			if g := &c.q[(c.qhead+i)%len(c.q)]; g.adm != nil && !(g.msg == 'Q' && g.passed) {
+			if g := &c.q[(c.qhead+i)%len(c.q)]; g.adm != nil && (g.msg != 'Q' || !g.passed) {
 				adms = append(adms, g.adm)
 			}
 		}
@@ -796,8 +796,9 @@ func (c *session) shiftPosition(body []byte, at, prefix int) []byte {
 // countRows adds the rows a CommandComplete says were written.
 func (c *session) countRows(body []byte) {
 	tag, _, _ := cstring(body)
-	var i int
-	for i = len(tag); i > 0 && tag[i-1] >= '0' && tag[i-1] <= '9'; i-- {
+	i := len(tag)
+	for i > 0 && tag[i-1] >= '0' && tag[i-1] <= '9' {
+		i--
 	}
 	if i == len(tag) || i == 0 {
 		return

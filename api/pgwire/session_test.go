@@ -28,7 +28,7 @@ import (
 // with SCRAM-SHA-256, MD5 and cleartext passwords; a wrong password is
 // refused by the database.
 func TestAuthRelay(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "authed")
 	methods := []struct{ role, method, encryption string }{
@@ -63,7 +63,7 @@ func TestAuthRelay(t *testing.T) {
 	}
 	t.Cleanup(func() {
 		_ = os.WriteFile(path, old, 0o600)
-		_, _ = e.admin.Exec(context.Background(), "SELECT pg_reload_conf()")
+		_, _ = e.admin.Exec(context.WithoutCancel(t.Context()), "SELECT pg_reload_conf()")
 	})
 	if _, err := e.admin.Exec(ctx, "SELECT pg_reload_conf()"); err != nil {
 		t.Fatal(err)
@@ -132,7 +132,7 @@ func TestAuthRelay(t *testing.T) {
 // TestCancel: a client's CancelRequest, with the key fencegate gave it,
 // cancels its statement on its own server connection.
 func TestCancel(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	tok, _ := e.lead(t, "cancel")
 	other := e.connect(t, "cancel", tok)
@@ -167,7 +167,7 @@ func TestCancel(t *testing.T) {
 // TestStartupRefused: a connection without fence or token, or logged in
 // as a superuser, is refused at its start with one FATAL line.
 func TestStartupRefused(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	cases := []struct {
 		name, dsn, code, msg string
@@ -214,7 +214,7 @@ func optEscape(s string) string { return strings.ReplaceAll(url.QueryEscape(s), 
 // TestShutdown: Shutdown closes idle sessions at once and lets a session
 // in a transaction finish it.
 func TestShutdown(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "sd")
 	tok, _ := e.lead(t, "sd")
@@ -258,7 +258,7 @@ func TestShutdown(t *testing.T) {
 // TestLargeMessages: messages larger than the read buffer (a long query,
 // large COPY data, large parameters and rows) pass whole.
 func TestLargeMessages(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "big")
 	tok, _ := e.lead(t, "big")
@@ -297,7 +297,7 @@ func TestLargeMessages(t *testing.T) {
 // still bounded, and a zombie's COPY data and parameters are dropped
 // unread.
 func TestStreamedMessages(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	const limit = 1 << 20
 	e := newEnv(t, pgwire.Config{MaxMessage: limit})
 	e.table(t, "streamed")
@@ -519,7 +519,7 @@ func receiveRows(t *testing.T, fe *pgproto3.Frontend) []string {
 // TestSessionState: LISTEN/NOTIFY, session SET and prepared statements
 // work as in a direct session.
 func TestSessionState(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	tok, _ := e.lead(t, "state")
 	c := e.connect(t, "state", tok)
@@ -576,7 +576,7 @@ func TestSessionState(t *testing.T) {
 // block; fencegate's token stays; and the transaction it is in is fenced
 // like any other (a zombie's is refused and writes nothing).
 func TestResetAll(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "resetall")
 	old, resign := e.lead(t, "resetall")
@@ -645,7 +645,7 @@ func TestResetAll(t *testing.T) {
 // (fencegate's check included, prepared anew) and advisory locks, and
 // answers DISCARD ALL. In a block it fails as on the database.
 func TestDiscardAll(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "discard")
 	cur, resign := e.lead(t, "discard")
@@ -724,7 +724,7 @@ func TestDiscardAll(t *testing.T) {
 // the connection writes with, inside a transaction too; not beside
 // another statement, nor in a failed block.
 func TestTempTablesAndShow(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	if _, err := pgServer.RuntimeRole(ctx, "temp_user"); err != nil {
 		t.Fatal(err)
@@ -894,7 +894,7 @@ func TestTempTablesAndShow(t *testing.T) {
 // itself. Anywhere else they are refused, nothing is written and the
 // token stays.
 func TestExtendedSetAndShow(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "extset")
 	old, resign := e.lead(t, "extset")
@@ -1117,10 +1117,14 @@ func TestDatabaseGoneAtStart(t *testing.T) {
 		serve func(net.Conn)
 		want  string
 	}{
-		{"hung", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) },
-			"fencegate: BACKEND_UNAVAILABLE: the database did not answer the connection's start within 500ms"},
-		{"closes", func(c net.Conn) { _, _ = c.Read(make([]byte, 1024)); c.Close() },
-			"fencegate: BACKEND_UNAVAILABLE: the database closed the connection during its start"},
+		{
+			"hung", func(c net.Conn) { _, _ = io.Copy(io.Discard, c) },
+			"fencegate: BACKEND_UNAVAILABLE: the database did not answer the connection's start within 500ms",
+		},
+		{
+			"closes", func(c net.Conn) { _, _ = c.Read(make([]byte, 1024)); c.Close() },
+			"fencegate: BACKEND_UNAVAILABLE: the database closed the connection during its start",
+		},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			var wg sync.WaitGroup

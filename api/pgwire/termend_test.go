@@ -23,7 +23,7 @@ import (
 // Without it, that write waits as long as the zombie does: here, until its
 // 10 s deadline.
 func TestTermEndsOpenTransaction(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	for _, tc := range []struct {
 		name    string
@@ -127,7 +127,7 @@ func TestTermEndsOpenTransaction(t *testing.T) {
 func (e *env) countWhere(t *testing.T, sql string, args ...any) int {
 	t.Helper()
 	var n int
-	if err := e.admin.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+	if err := e.admin.QueryRow(t.Context(), sql, args...).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	return n
@@ -151,7 +151,7 @@ func (e *env) waitFor(t *testing.T, sql string, args ...any) {
 // the gate, that COMMIT commits the zombie's row, and the zombie is told
 // it committed.
 func TestEndedTransactionSendsNothingMore(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	deciding, release := make(chan struct{}), make(chan struct{})
 	e.srv.SetTestHookEnding(func() { close(deciding); <-release })
@@ -194,7 +194,7 @@ func TestEndedTransactionSendsNothingMore(t *testing.T) {
 // new writer's row is stored. Without the listener's check, the write
 // waits for its 10 s deadline.
 func TestMonotonicTokenEndsOpenTransaction(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnvWith(t, pgwire.Config{}, envOptions{termSources: "mono-*=monotonic"})
 	e.table(t, "mono_ended")
 	fence := fmt.Sprintf("mono-ended-%d", time.Now().UnixNano()) // its mark outlives the test
@@ -226,7 +226,7 @@ func TestMonotonicTokenEndsOpenTransaction(t *testing.T) {
 // (UNKNOWN_TERM, after etcd says no leader held it), the term in memory
 // stays the leader's, and the leader's transaction commits.
 func TestForgedTokenEndsNothing(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "ended_forged")
 	tok, _ := e.lead(t, "ended-forged")
@@ -257,7 +257,7 @@ func TestForgedTokenEndsNothing(t *testing.T) {
 // connection: a refusal of its stale token, then writes after SET
 // fencegate.token.
 func TestFailedTransactionLeftOpen(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "ended_failed")
 	old, resign := e.lead(t, "ended-failed")
@@ -308,7 +308,7 @@ func TestFailedTransactionLeftOpen(t *testing.T) {
 // ends: the next leader's write goes through, and the session is gone
 // within seconds (the FATAL is given up on after a second).
 func TestEndedWhileNotReading(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "ended_deaf")
 	old, resign := e.lead(t, "ended-deaf")

@@ -23,7 +23,7 @@ import (
 // in --postgres-dsn). Both hops are seen encrypted: psql's \conninfo and
 // the database's pg_stat_ssl.
 func TestTLSBothWays(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	ca := authtest.NewCA(t, "pgwire-tls")
 	dbCert := ca.Localhost(t, "database")
 	gwCert := ca.Localhost(t, "fencegate")
@@ -101,7 +101,7 @@ func TestTLSBothWays(t *testing.T) {
 // TestUnixSocket: --postgres-dsn may name the database's Unix socket
 // directory, as libpq's host=/dir does.
 func TestUnixSocket(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{PostgresDSN: fmt.Sprintf("host=%s port=%d user=ignored dbname=postgres", pgServer.SocketDir(), pgServer.Port())})
 	e.table(t, "unix_t")
 	tok, _ := e.lead(t, "unix")

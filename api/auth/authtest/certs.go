@@ -187,10 +187,10 @@ func pemBlock(typ string, der []byte) []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der})
 }
 
-// Make runs make with a T whose files go to dir and whose Fatal ends make,
+// Make runs build with a T whose files go to dir and whose Fatal ends build,
 // returning the failure as an error: certificates for a command
 // (fencechaos, fencebench), outside a test.
-func Make(dir string, make func(t T)) (err error) {
+func Make(dir string, build func(t T)) (err error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
@@ -203,7 +203,7 @@ func Make(dir string, make func(t T)) (err error) {
 			err = fmt.Errorf("certificates: %w", f.err)
 		}
 	}()
-	make(dirT(dir))
+	build(dirT(dir))
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package jsonbody
 
 import (
+	"errors"
 	"math"
 	"strconv"
 	"strings"
@@ -99,7 +100,7 @@ func exact(tok []byte) (ok, inRange bool) {
 	}
 	f, err := strconv.ParseFloat(string(tok), 64)
 	if err != nil {
-		if ne, isNum := err.(*strconv.NumError); isNum && ne.Err == strconv.ErrRange && math.IsInf(f, 0) {
+		if errors.Is(err, strconv.ErrRange) && math.IsInf(f, 0) {
 			return false, false
 		}
 		return true, true

@@ -49,10 +49,14 @@ func TestCheckNumbers(t *testing.T) {
 		{name: "rounds up to 2^53", body: exec("9007199254740991.9"), wantPath: "statements[0].params[0]", wantNumber: "9007199254740991.9"},
 		{name: "out of range", body: exec("1e400"), wantPath: "statements[0].params[0]", wantNumber: "1e400", outOfRange: true},
 		{name: "negative out of range", body: exec("-1e400"), wantPath: "statements[0].params[0]", wantNumber: "-1e400", outOfRange: true},
-		{name: "second statement", body: `{"statements":[{"sql":"a","params":[1]},{"sql":"b","params":["x",{"k":[1,12345678901234567]}]}]}`,
-			wantPath: "statements[1].params[1].k[1]", wantNumber: "12345678901234567"},
-		{name: "redis argument", body: `{"commands":[["SET","{f}:k","1"],["SET","{f}:k",12345678901234567]]}`,
-			wantPath: "commands[1][2]", wantNumber: "12345678901234567"},
+		{
+			name: "second statement", body: `{"statements":[{"sql":"a","params":[1]},{"sql":"b","params":["x",{"k":[1,12345678901234567]}]}]}`,
+			wantPath: "statements[1].params[1].k[1]", wantNumber: "12345678901234567",
+		},
+		{
+			name: "redis argument", body: `{"commands":[["SET","{f}:k","1"],["SET","{f}:k",12345678901234567]]}`,
+			wantPath: "commands[1][2]", wantNumber: "12345678901234567",
+		},
 		{name: "top level", body: `12345678901234567`, wantNumber: "12345678901234567"},
 	}
 	for _, tt := range tests {

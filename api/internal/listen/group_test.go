@@ -72,7 +72,7 @@ func TestGroup(t *testing.T) {
 		t.Fatalf("Connections: got %d open, %d refused; want 2, 1", open, refused)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 200*time.Millisecond)
 	defer cancel()
 	if err := g.Shutdown(ctx, g.Close); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Shutdown: got %v, want the context's deadline (the busy one never ends by itself)", err)

@@ -46,19 +46,19 @@ const LingerTime = 5 * time.Second
 
 // Linger is a listener's last step before it closes conn after an error
 // it has written (a message over its limits): it ends the writing side,
-// then reads and drops from r, conn's reader, up to max bytes (max < 0:
+// then reads and drops from r, conn's reader, up to limit bytes (limit < 0:
 // until the client closes) for d at most, as a web server lingers before
 // it closes. A client still writing what was refused would otherwise have
 // the connection reset under it, and lose the error before it reads it.
 // Only a logged-in client is worth the time.
-func Linger(conn net.Conn, r io.Reader, max int64, d time.Duration) {
+func Linger(conn net.Conn, r io.Reader, limit int64, d time.Duration) {
 	if cw, ok := conn.(interface{ CloseWrite() error }); ok {
 		_ = cw.CloseWrite()
 	}
 	_ = conn.SetReadDeadline(time.Now().Add(d))
-	if max < 0 {
+	if limit < 0 {
 		_, _ = io.Copy(io.Discard, r)
 		return
 	}
-	_, _ = io.CopyN(io.Discard, r, max)
+	_, _ = io.CopyN(io.Discard, r, limit)
 }

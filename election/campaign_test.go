@@ -18,7 +18,7 @@ func campaign(t *testing.T, c *clientv3.Client, cfg CampaignConfig) *Leadership 
 	if err != nil {
 		t.Fatalf("Campaign: %v", err)
 	}
-	t.Cleanup(func() { _ = l.Resign(context.Background()) })
+	t.Cleanup(func() { _ = l.Resign(context.WithoutCancel(t.Context())) })
 	return l
 }
 
@@ -157,16 +157,19 @@ func TestLeadershipEnds(t *testing.T) {
 		wants []error // any of
 	}{
 		{"resign", func(t *testing.T, l *Leadership) {
+			t.Helper()
 			if err := l.Resign(t.Context()); err != nil {
 				t.Fatalf("Resign: %v", err)
 			}
 		}, []error{ErrResigned}},
 		{"lease revoked by another client", func(t *testing.T, l *Leadership) {
+			t.Helper()
 			if _, err := other.Revoke(t.Context(), l.Lease()); err != nil {
 				t.Fatalf("revoke: %v", err)
 			}
 		}, []error{ErrKeyDeleted, ErrLeaseExpired}},
 		{"key deleted by another client", func(t *testing.T, l *Leadership) {
+			t.Helper()
 			if _, err := other.Delete(t.Context(), l.Key()); err != nil {
 				t.Fatalf("delete: %v", err)
 			}
@@ -262,7 +265,7 @@ func TestKeepAliveDeadline(t *testing.T) {
 		},
 		{
 			name: "errors after one proof",
-			answer: func(ctx context.Context, n int) (int64, error) {
+			answer: func(_ context.Context, n int) (int64, error) {
 				if n < 1 {
 					return 9, nil
 				}
@@ -273,7 +276,7 @@ func TestKeepAliveDeadline(t *testing.T) {
 		},
 		{
 			name: "lease gone",
-			answer: func(ctx context.Context, n int) (int64, error) {
+			answer: func(_ context.Context, n int) (int64, error) {
 				if n < 3 {
 					return 9, nil
 				}
@@ -284,7 +287,7 @@ func TestKeepAliveDeadline(t *testing.T) {
 		},
 		{
 			name: "late answers keep it alive",
-			answer: func(ctx context.Context, n int) (int64, error) {
+			answer: func(_ context.Context, n int) (int64, error) {
 				if n >= 5 {
 					return 0, rpctypes.ErrLeaseNotFound
 				}

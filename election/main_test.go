@@ -124,7 +124,7 @@ func startWatcher(t *testing.T, c *clientv3.Client, cfg WatcherConfig) *Watcher 
 
 func runWatcher(t *testing.T, w *Watcher) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- w.Run(ctx) }()
 	t.Cleanup(func() {

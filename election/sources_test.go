@@ -66,7 +66,7 @@ func TestRouter(t *testing.T) {
 	if got := r.Term("lease-a"); got.HasLeader() {
 		t.Fatalf("a monotonic fence before any token: got %+v, want no term", got)
 	}
-	ctx := context.Background()
+	ctx := t.Context()
 	for _, step := range []struct {
 		token, want int64
 	}{{5, 5}, {9, 9}, {7, 9}} {
@@ -108,13 +108,13 @@ func TestRouterUnconfiguredKind(t *testing.T) {
 	}
 	// Without etcd, a fence no route takes has no term, and no token was
 	// ever held in it.
-	if got, held, err := r.Verify(context.Background(), "jobs", 7); err != nil || held || got.HasLeader() {
+	if got, held, err := r.Verify(t.Context(), "jobs", 7); err != nil || held || got.HasLeader() {
 		t.Fatalf("Verify(jobs) without etcd: got %+v, %v, %v; want no term, not held", got, held, err)
 	}
 }
 
 func TestMonotonicLower(t *testing.T) {
-	ctx := context.Background()
+	ctx := t.Context()
 	m := NewMonotonic()
 	if m.Lower("f", 3) {
 		t.Fatal("Lower of an unknown fence: got true, want false")

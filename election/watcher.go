@@ -42,7 +42,7 @@ type WatcherConfig struct {
 	// order of the changes; they come from Run's goroutine or from a
 	// Verify caller's. OnChange must be cheap and must not block; it may
 	// call Term and Terms.
-	OnChange func(old, new Term)
+	OnChange func(prev, next Term)
 	// CheckInterval is how often Run asks etcd to confirm that the watch is
 	// alive (a progress request); a watch that stays silent for one more
 	// interval after a request is considered lost, Synced turns false and
@@ -59,7 +59,7 @@ type Watcher struct {
 	prefix        string
 	root          string // prefix + "/"
 	log           *slog.Logger
-	onChange      func(old, new Term)
+	onChange      func(prev, next Term)
 	checkInterval time.Duration
 
 	running atomic.Bool

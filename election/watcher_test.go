@@ -27,6 +27,7 @@ func TestWatcherTerms(t *testing.T) {
 		run  func(t *testing.T, prefix string, w *Watcher)
 	}{
 		{"leader reported", func(t *testing.T, prefix string, w *Watcher) {
+			t.Helper()
 			a := newCandidate(t, c, prefix, "jobs")
 			a.campaign(t, "worker-a")
 			waitFor(t, "leader a", func() bool { return w.Term("jobs").Rev == leaderRev(t, a) })
@@ -40,6 +41,7 @@ func TestWatcherTerms(t *testing.T) {
 			}
 		}},
 		{"resign hands over", func(t *testing.T, prefix string, w *Watcher) {
+			t.Helper()
 			a, b := newCandidate(t, c, prefix, "jobs"), newCandidate(t, c, prefix, "jobs")
 			a.campaign(t, "worker-a")
 			errc := b.campaignAsync(t, c, "worker-b")
@@ -62,6 +64,7 @@ func TestWatcherTerms(t *testing.T) {
 			}
 		}},
 		{"revoked lease ends term", func(t *testing.T, prefix string, w *Watcher) {
+			t.Helper()
 			a := newCandidate(t, c, prefix, "jobs")
 			a.campaign(t, "worker-a")
 			rev := a.e.Rev()
@@ -77,6 +80,7 @@ func TestWatcherTerms(t *testing.T) {
 			}
 		}},
 		{"several elections", func(t *testing.T, prefix string, w *Watcher) {
+			t.Helper()
 			names := []string{"c", "a", "b"}
 			want := map[string]int64{}
 			for _, n := range names {
@@ -104,6 +108,7 @@ func TestWatcherTerms(t *testing.T) {
 			}
 		}},
 		{"keys outside the layout ignored", func(t *testing.T, prefix string, w *Watcher) {
+			t.Helper()
 			for _, k := range []string{prefix, prefix + "/", prefix + "/flat", prefix + "//x", prefix + "x/y/z"} {
 				if _, err := c.Put(t.Context(), k, "v"); err != nil {
 					t.Fatalf("put %s: %v", k, err)
@@ -238,6 +243,7 @@ func TestVerify(t *testing.T) {
 		{
 			name: "new leader not delivered yet",
 			setup: func(t *testing.T, prefix string) (int64, int64) {
+				t.Helper()
 				a := newCandidate(t, c, prefix, "jobs")
 				a.campaign(t, "worker-a")
 				return a.e.Rev(), a.e.Rev()
@@ -247,6 +253,7 @@ func TestVerify(t *testing.T) {
 		{
 			name: "token below the current leader",
 			setup: func(t *testing.T, prefix string) (int64, int64) {
+				t.Helper()
 				a := newCandidate(t, c, prefix, "jobs")
 				a.campaign(t, "worker-a")
 				return a.e.Rev() - 1, a.e.Rev()
@@ -256,6 +263,7 @@ func TestVerify(t *testing.T) {
 		{
 			name: "forged token above the current revision",
 			setup: func(t *testing.T, prefix string) (int64, int64) {
+				t.Helper()
 				a := newCandidate(t, c, prefix, "jobs")
 				a.campaign(t, "worker-a")
 				a.resign(t)
@@ -266,6 +274,7 @@ func TestVerify(t *testing.T) {
 		{
 			name: "ended term above Last",
 			setup: func(t *testing.T, prefix string) (int64, int64) {
+				t.Helper()
 				a := newCandidate(t, c, prefix, "jobs")
 				a.campaign(t, "worker-a")
 				rev := a.e.Rev()
@@ -277,6 +286,7 @@ func TestVerify(t *testing.T) {
 		{
 			name: "revision that created no key of the election",
 			setup: func(t *testing.T, prefix string) (int64, int64) {
+				t.Helper()
 				resp, err := c.Put(t.Context(), prefix+"-elsewhere", "x")
 				if err != nil {
 					t.Fatal(err)

@@ -73,12 +73,12 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// ValidFenceName reports whether name is a usable fence name: 1 to max
+// ValidFenceName reports whether name is a usable fence name: 1 to maxLen
 // bytes of ASCII letters, digits, '.', '_' and '-', starting with a letter
 // or digit. The same name is an etcd path segment and a Redis hash tag, so
 // '/', '{' and '}' are out.
-func ValidFenceName(name string, max int) bool {
-	if name == "" || len(name) > max {
+func ValidFenceName(name string, maxLen int) bool {
+	if name == "" || len(name) > maxLen {
 		return false
 	}
 	for i := 0; i < len(name); i++ {

@@ -362,7 +362,8 @@ func (g *Gateway) auditHighWater(backend int, fence string) tokens.Token {
 
 // auditRecord describes one decision. backend -1 is a read.
 func (g *Gateway) auditRecord(ctx context.Context, a policy.Action, backend int, fence string, t tokens.Token,
-	term election.Term, hw tokens.Token, gr grant, start time.Time, err error) *audit.Record {
+	term election.Term, hw tokens.Token, gr grant, start time.Time, err error,
+) *audit.Record {
 	rec := &audit.Record{
 		Time:            start,
 		RequestID:       g.auditID + strconv.FormatUint(g.auditSeq.Add(1), 10),

@@ -72,7 +72,7 @@ func (a *Admission) Ended() *tokens.RefusalError {
 	term := g.terms.Term(a.fence)
 	switch o := tokens.Decide(a.t, hw, term); o {
 	case tokens.Stale, tokens.Ended:
-		return g.refusal(o, a.fence, a.t, hw, term).(*tokens.RefusalError)
+		return g.refusal(o, a.fence, a.t, hw, term).(*tokens.RefusalError) //nolint:errorlint // refusal returns its own unwrapped *RefusalError for Stale and Ended; no errors.As on the hot path
 	}
 	return nil
 }

@@ -87,7 +87,7 @@ func campaign(t *testing.T, name, key string) (*pgx.Conn, int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	t.Cleanup(func() { _ = conn.Close(context.WithoutCancel(t.Context())) })
 	lock := "hashtext($1)"
 	if key == "hashtextextended" {
 		lock = "hashtextextended($1, 0)"

@@ -56,7 +56,7 @@ type Config struct {
 	// OnChange, if set, is called after each change of an election's
 	// leader, with the term before and after. It must be cheap and must
 	// not block.
-	OnChange func(old, new election.Term)
+	OnChange func(prev, next election.Term)
 }
 
 // Source follows ZooKeeper elections. It is an election.Source; Term is
@@ -66,7 +66,7 @@ type Source struct {
 	conn     *zk.Conn
 	root     string
 	log      *slog.Logger
-	onChange func(old, new election.Term)
+	onChange func(prev, next election.Term)
 	max      int
 
 	// pubMu serialises publications with their OnChange calls; readers

@@ -39,13 +39,13 @@ func TestLeader(t *testing.T) {
 
 // startSource runs a Source of the elections under root until the test
 // ends.
-func startSource(t *testing.T, root string, changes func(old, new election.Term)) *zookeeper.Source {
+func startSource(t *testing.T, root string, changes func(prev, next election.Term)) *zookeeper.Source {
 	t.Helper()
 	s, err := zookeeper.New(zookeeper.Config{Servers: []string{zkAddr}, Root: root, SessionTimeout: 2 * time.Second, OnChange: changes})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); _ = s.Run(ctx) }()
@@ -94,6 +94,7 @@ func candidate(t *testing.T, c *zk.Conn, election, prefix, value string) (string
 }
 
 func testRoot(t *testing.T) string {
+	t.Helper()
 	return "/t/" + strings.NewReplacer("/", "_").Replace(t.Name())
 }
 
@@ -140,7 +141,7 @@ func TestFollowsElection(t *testing.T) {
 	p2, z2 := candidate(t, w2, el, "4e1f__lock__", "kazoo")
 	_, z3 := candidate(t, w3, el, "latch-", "plain")
 
-	term, held, err := s.Verify(context.Background(), "orders", z1)
+	term, held, err := s.Verify(t.Context(), "orders", z1)
 	if err != nil || !held {
 		t.Fatalf("verify leader's token %d: got held %v (%v), want true", z1, held, err)
 	}
@@ -148,7 +149,7 @@ func TestFollowsElection(t *testing.T) {
 		t.Fatalf("got term %+v, want Rev %d Leader curator Key %s", term, z1, p1)
 	}
 	for _, tok := range []int64{z2, z3, z3 + 1000} {
-		if _, held, err := s.Verify(context.Background(), "orders", tok); err != nil || held {
+		if _, held, err := s.Verify(t.Context(), "orders", tok); err != nil || held {
 			t.Fatalf("verify non-leader token %d: got held %v (%v), want false", tok, held, err)
 		}
 	}
@@ -167,7 +168,7 @@ func TestFollowsElection(t *testing.T) {
 	if got.HasLeader() || got.Leader != "" || got.Key != "" {
 		t.Fatalf("no candidate left: got %+v, want no leader", got)
 	}
-	if _, held, err := s.Verify(context.Background(), "orders", z3); err != nil || held {
+	if _, held, err := s.Verify(t.Context(), "orders", z3); err != nil || held {
 		t.Fatalf("verify ended term %d: got held %v (%v), want false", z3, held, err)
 	}
 	mu.Lock()
@@ -196,13 +197,13 @@ func TestVerifyBeforeWatch(t *testing.T) {
 	root := testRoot(t)
 	s := startSource(t, root, nil)
 	w := connect(t)
-	if term, held, err := s.Verify(context.Background(), "late", 5); err != nil || held || term.HasLeader() {
+	if term, held, err := s.Verify(t.Context(), "late", 5); err != nil || held || term.HasLeader() {
 		t.Fatalf("verify in a missing election: got %+v held %v (%v), want no leader, not held", term, held, err)
 	}
 	el := root + "/late"
 	mkdirs(t, w, el)
 	_, z := candidate(t, w, el, "latch-", "w")
-	if term, held, err := s.Verify(context.Background(), "late", z); err != nil || !held || term.Rev != z {
+	if term, held, err := s.Verify(t.Context(), "late", z); err != nil || !held || term.Rev != z {
 		t.Fatalf("verify a leader elected just now: got %+v held %v (%v), want Rev %d held", term, held, err, z)
 	}
 	// The watch, from the election's creation on, follows it too.
@@ -225,7 +226,7 @@ func TestVerifyUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 	defer cancel()
 	start := time.Now()
 	_, _, err = s.Verify(ctx, "x", 5)

@@ -150,7 +150,7 @@ func TestCallerSQLAttacks(t *testing.T) {
 	victim := unique("victim")
 	mustExec(t, db, "CREATE TABLE "+victim+"(n int)")
 	mustExec(t, db, "INSERT INTO "+victim+" VALUES (1)")
-	const other, max = "other_fence", "9223372036854775807"
+	const other, maxToken = "other_fence", "9223372036854775807"
 	if _, err := backend.Exec(t.Context(), other, 5, []Statement{{SQL: "SELECT 1"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -162,11 +162,11 @@ func TestCallerSQLAttacks(t *testing.T) {
 		// the database gives ("" means it runs and must do no harm).
 		want, unchecked tokens.Reason
 	}{
-		{"advance another fence", "SELECT fencegate.advance('" + other + "', " + max + ")", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
-		{"upsert the mark", "INSERT INTO fencegate.fences(name, token) VALUES ('" + other + "', " + max + ") ON CONFLICT (name) DO UPDATE SET token = excluded.token", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
-		{"comment in the name", "UPDATE fencegate/**/.fences SET token = " + max, tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
-		{"unicode escape", `UPDATE U&"fenc\0065gate".fences SET token = ` + max, tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
-		{"dynamic SQL", "DO $$ BEGIN EXECUTE format('UPDATE %I.fences SET token = " + max + "', 'fence'||'gate'); END $$", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"advance another fence", "SELECT fencegate.advance('" + other + "', " + maxToken + ")", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"upsert the mark", "INSERT INTO fencegate.fences(name, token) VALUES ('" + other + "', " + maxToken + ") ON CONFLICT (name) DO UPDATE SET token = excluded.token", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"comment in the name", "UPDATE fencegate/**/.fences SET token = " + maxToken, tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"unicode escape", `UPDATE U&"fenc\0065gate".fences SET token = ` + maxToken, tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
+		{"dynamic SQL", "DO $$ BEGIN EXECUTE format('UPDATE %I.fences SET token = " + maxToken + "', 'fence'||'gate'); END $$", tokens.ReasonInvalidRequest, tokens.ReasonStatementFailed},
 		{"search path", "SELECT set_config('search_path', 'evil, pg_catalog, public', false)", tokens.ReasonInvalidRequest, ""},
 		{"read-only sessions", "SELECT set_config('default_transaction_read_only', 'on', false)", tokens.ReasonInvalidRequest, ""},
 		{"statement timeout", "SELECT set_config('statement_timeout', '0', false)", tokens.ReasonInvalidRequest, ""},

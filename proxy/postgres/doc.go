@@ -66,7 +66,7 @@
 //   - Config.WriteTimeout bounds each write as a whole: past it, fencegate
 //     sends a cancel request and the write rolls back (statement_timeout
 //     still bounds each statement).
-
+//
 // What it does not guarantee:
 //
 //   - Functions already in the database run with the rights their owner

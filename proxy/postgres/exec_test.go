@@ -215,7 +215,8 @@ func TestExecParamTypes(t *testing.T) {
 	// numbers beyond 2^53 arrive rounded (to 2^53, still exact).
 	want := []any{
 		int32(7), int64(9007199254740992), "12.25", "hello", true,
-		map[string]any{"a": []any{float64(1), "x"}, "b": nil}, "2024-01-02T03:04:05.5Z", 2.5,
+		map[string]any{"a": []any{float64(1), "x"}, "b": nil},
+		"2024-01-02T03:04:05.5Z", 2.5,
 		"a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11", "2024-02-29", "AQL/", int64(9007199254740992), "24.50",
 	}
 	if len(got) != len(want) {

@@ -75,20 +75,20 @@ var seq atomic.Int64
 func unique(prefix string) string { return fmt.Sprintf("%s_%d", prefix, seq.Add(1)) }
 
 // admin returns a plain connection for setting up and checking state.
-func admin(t testing.TB) *pgx.Conn {
-	t.Helper()
-	conn, err := pgx.Connect(t.Context(), server.DSN())
+func admin(tb testing.TB) *pgx.Conn {
+	tb.Helper()
+	conn, err := pgx.Connect(tb.Context(), server.DSN())
 	if err != nil {
-		t.Fatalf("connect: %v", err)
+		tb.Fatalf("connect: %v", err)
 	}
-	t.Cleanup(func() { _ = conn.Close(context.WithoutCancel(t.Context())) })
+	tb.Cleanup(func() { _ = conn.Close(context.WithoutCancel(tb.Context())) })
 	return conn
 }
 
-func mustExec(t testing.TB, conn *pgx.Conn, sql string, args ...any) {
-	t.Helper()
-	if _, err := conn.Exec(t.Context(), sql, args...); err != nil {
-		t.Fatalf("%s: %v", sql, err)
+func mustExec(tb testing.TB, conn *pgx.Conn, sql string, args ...any) {
+	tb.Helper()
+	if _, err := conn.Exec(tb.Context(), sql, args...); err != nil {
+		tb.Fatalf("%s: %v", sql, err)
 	}
 }
 

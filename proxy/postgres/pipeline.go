@@ -203,7 +203,7 @@ func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
 	}
 	for i, c := range sent {
 		seq := st.armWatchdog(b.cfg.WriteTimeout)
-		results, at, err, inStep := readWrite(conn, p, c)
+		results, at, inStep, err := readWrite(conn, p, c)
 		st.disarmWatchdog()
 		if err == nil {
 			c.finish(results, nil)
@@ -415,7 +415,7 @@ func (st *connState) encodeOne(conn *pgx.Conn, sd *pgconn.StatementDescription, 
 // error it returns where the error was reported, and whether the
 // connection is still in step with the server (the error was the server's,
 // or an answer fencegate could not decode).
-func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, at int, err error, inStep bool) {
+func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, at int, inStep bool, err error) {
 	at = atAdvance
 	results = make([]Result, len(c.stmts))
 	var undecodable error
@@ -469,20 +469,20 @@ func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, a
 		return nil
 	}()
 	if err == nil && undecodable == nil {
-		return results, 0, nil, true
+		return results, 0, true, nil
 	}
 	if err == nil {
-		return nil, at, undecodable, true
+		return nil, at, true, undecodable
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) || conn.PgConn().IsClosed() {
-		return nil, at, err, false
+		return nil, at, false, err
 	}
 	// The server skips the rest of the write up to its Sync.
 	if serr := expectSync(p); serr != nil {
-		return nil, at, serr, false
+		return nil, at, false, serr
 	}
-	return nil, at, err, true
+	return nil, at, true, err
 }
 
 // txStateError is a write whose Sync left the session in a transaction

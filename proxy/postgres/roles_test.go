@@ -26,21 +26,21 @@ type writers struct {
 // tests races on the catalog ("tuple concurrently updated").
 var setupMu sync.Mutex
 
-func newWriters(t testing.TB) *writers {
-	t.Helper()
+func newWriters(tb testing.TB) *writers {
+	tb.Helper()
 	setupMu.Lock()
 	defer setupMu.Unlock()
-	w := &writers{db: admin(t), login: unique("login"), aw: unique("a_writer"), bw: unique("b_writer"), at: unique("a_t"), bt: unique("b_t")}
+	w := &writers{db: admin(tb), login: unique("login"), aw: unique("a_writer"), bw: unique("b_writer"), at: unique("a_t"), bt: unique("b_t")}
 	var err error
-	if w.dsn, err = server.RuntimeRole(t.Context(), w.login); err != nil {
-		t.Fatal(err)
+	if w.dsn, err = server.RuntimeRole(tb.Context(), w.login); err != nil {
+		tb.Fatal(err)
 	}
 	for _, p := range [][2]string{{w.aw, w.at}, {w.bw, w.bt}} {
-		mustExec(t, w.db, "CREATE ROLE "+p[0]+" NOLOGIN")
-		mustExec(t, w.db, "CREATE TABLE "+p[1]+"(n int)")
-		mustExec(t, w.db, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+p[1]+" TO "+p[0])
-		if err := migrations.GrantRole(t.Context(), w.db, w.login, p[0]); err != nil {
-			t.Fatal(err)
+		mustExec(tb, w.db, "CREATE ROLE "+p[0]+" NOLOGIN")
+		mustExec(tb, w.db, "CREATE TABLE "+p[1]+"(n int)")
+		mustExec(tb, w.db, "GRANT SELECT, INSERT, UPDATE, DELETE ON "+p[1]+" TO "+p[0])
+		if err := migrations.GrantRole(tb.Context(), w.db, w.login, p[0]); err != nil {
+			tb.Fatal(err)
 		}
 	}
 	return w

@@ -26,13 +26,15 @@ var (
 func openTermBackend(t *testing.T) *Backend {
 	t.Helper()
 	termOnce.Do(func() {
-		conn, err := pgx.Connect(context.Background(), server.DSN())
+		// The backend is shared by the package's tests: it outlives this one.
+		ctx := context.WithoutCancel(t.Context())
+		conn, err := pgx.Connect(ctx, server.DSN())
 		if err != nil {
 			termErr = err
 			return
 		}
-		defer conn.Close(context.Background())
-		if _, termErr = conn.Exec(context.Background(), `
+		defer conn.Close(ctx)
+		if _, termErr = conn.Exec(ctx, `
 CREATE TABLE IF NOT EXISTS public.leadership_term (name text PRIMARY KEY, term bigint NOT NULL);
 GRANT SELECT, UPDATE (term) ON public.leadership_term TO fencegate_owner;
 CREATE TABLE IF NOT EXISTS public.term_writes (v int)`); termErr != nil {
@@ -43,7 +45,7 @@ CREATE TABLE IF NOT EXISTS public.term_writes (v int)`); termErr != nil {
 			termErr = err
 			return
 		}
-		termBackend, termErr = Open(context.Background(), runtimeDSN, Config{
+		termBackend, termErr = Open(ctx, runtimeDSN, Config{
 			TermCheck: func(fence string) (TermCheck, bool) {
 				if strings.HasPrefix(fence, "term_") {
 					return tc, true
@@ -68,7 +70,7 @@ func seedWorker(t *testing.T, name string) (*pgx.Conn, int64) {
 	if err != nil {
 		t.Fatalf("connect: %v", err)
 	}
-	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	t.Cleanup(func() { _ = conn.Close(context.WithoutCancel(t.Context())) })
 	var won bool
 	if err := conn.QueryRow(t.Context(), "SELECT pg_try_advisory_lock(hashtext($1))", name).Scan(&won); err != nil {
 		t.Fatalf("advisory lock: %v", err)
@@ -114,10 +116,12 @@ func TestTermCheck(t *testing.T) {
 		msg    string
 	}{
 		{"current term accepted", func(t *testing.T, fence string) int64 {
+			t.Helper()
 			_, term := seedWorker(t, fence)
 			return term
 		}, "", ""},
 		{"zombie of an earlier term", func(t *testing.T, fence string) int64 {
+			t.Helper()
 			old, term := seedWorker(t, fence)
 			_ = old.Close(t.Context())
 			if _, next := seedWorker(t, fence); next != term+1 {
@@ -126,16 +130,18 @@ func TestTermCheck(t *testing.T) {
 			return term
 		}, tokens.ReasonStaleToken, "is below the current term"},
 		{"ended term: lock released, no new leader", func(t *testing.T, fence string) int64 {
+			t.Helper()
 			old, term := seedWorker(t, fence)
 			_ = old.Close(t.Context())
 			waitUnlocked(t, fence)
 			return term
 		}, tokens.ReasonTermEnded, "is over and no leader holds it"},
 		{"forged token above the term", func(t *testing.T, fence string) int64 {
+			t.Helper()
 			_, term := seedWorker(t, fence)
 			return term + 1
 		}, tokens.ReasonUnknownTerm, "ever held term"},
-		{"no term row", func(t *testing.T, fence string) int64 { return 1 }, tokens.ReasonUnknownTerm, "ever held term"},
+		{"no term row", func(_ *testing.T, _ string) int64 { return 1 }, tokens.ReasonUnknownTerm, "ever held term"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			fence := unique("term_f")
@@ -190,7 +196,7 @@ func TestTermCheckRaiseInFlight(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer next.Close(context.Background())
+	defer next.Close(t.Context())
 	mustExec(t, next, "SELECT pg_advisory_lock(hashtext($1))", fence)
 	tx, err := next.Begin(t.Context())
 	if err != nil {
@@ -204,7 +210,7 @@ func TestTermCheckRaiseInFlight(t *testing.T) {
 	before := writesOf(t)
 	done := make(chan error, 1)
 	go func() {
-		_, err := b.Exec(context.Background(), fence, tokens.Token(term), []Statement{{SQL: "INSERT INTO term_writes VALUES (1)"}})
+		_, err := b.Exec(t.Context(), fence, tokens.Token(term), []Statement{{SQL: "INSERT INTO term_writes VALUES (1)"}})
 		done <- err
 	}()
 	waitBlocked(t)
@@ -254,7 +260,7 @@ func TestTermCheckOnlyFirst(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	defer conn.Close(t.Context())
 	call := "SELECT fencegate.advance_term('" + fence + "', " + strconv.FormatInt(term, 10) + ", 'public.leadership_term', 'hashtext')"
 	_, err = conn.Exec(t.Context(), "SELECT fencegate.advance('"+unique("mine")+"', 1); DO $$ BEGIN EXECUTE 'RESET ALL'; EXECUTE '"+strings.ReplaceAll(call, "'", "''")+"'; END $$")
 	var pgErr *pgconn.PgError

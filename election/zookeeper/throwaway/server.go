@@ -194,7 +194,10 @@ func serving(ctx context.Context, addr string) error {
 	}
 	b, err := io.ReadAll(conn)
 	if !strings.Contains(string(b), "Mode: standalone") {
-		return fmt.Errorf("srvr: got %q (%v), want Mode: standalone", b, err)
+		if err != nil {
+			return fmt.Errorf("srvr: got %q, want Mode: standalone: %w", b, err)
+		}
+		return fmt.Errorf("srvr: got %q, want Mode: standalone", b)
 	}
 	return nil
 }

@@ -1,7 +1,6 @@
 package throwaway_test
 
 import (
-	"context"
 	"net"
 	"testing"
 	"time"
@@ -13,7 +12,7 @@ import (
 
 // TestStartClose: the server answers a real client, and Close stops it.
 func TestStartClose(t *testing.T) {
-	s, err := throwaway.Start(context.Background(), throwaway.Options{})
+	s, err := throwaway.Start(t.Context(), throwaway.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,7 +44,7 @@ func TestStartClose(t *testing.T) {
 // its nodes, and a client session resumed within its timeout keeps its
 // ephemeral node.
 func TestKillRestart(t *testing.T) {
-	s, err := throwaway.Start(context.Background(), throwaway.Options{MaxSessionTimeout: 20 * time.Second})
+	s, err := throwaway.Start(t.Context(), throwaway.Options{MaxSessionTimeout: 20 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +75,7 @@ func TestKillRestart(t *testing.T) {
 			break
 		}
 	}
-	if err := s.Restart(context.Background()); err != nil {
+	if err := s.Restart(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	if s.PID() == 0 || s.PID() == pid {
@@ -88,7 +87,7 @@ func TestKillRestart(t *testing.T) {
 			t.Errorf("%s after the restart: exists %v (%v), want true", p, ok, err)
 		}
 	}
-	if err := s.Restart(context.Background()); err != nil {
+	if err := s.Restart(t.Context()); err != nil {
 		t.Fatalf("Restart of a running server: %v", err)
 	}
 }

@@ -43,7 +43,10 @@ func (p *Process) WaitReady(ctx context.Context) error {
 	case <-p.log.Ready():
 		return nil
 	case <-p.done:
-		return fmt.Errorf("server exited during start (%v)", p.err)
+		if p.err == nil {
+			return errors.New("server exited during start (exit status 0)")
+		}
+		return fmt.Errorf("server exited during start (%w)", p.err)
 	case <-ctx.Done():
 		p.Kill()
 		return fmt.Errorf("server not ready: %w", ctx.Err())

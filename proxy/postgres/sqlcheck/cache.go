@@ -52,25 +52,25 @@ func (c *cache) shard(sql string) *shard {
 	return &c.shards[maphash.String(c.seed, sql)%cacheShards]
 }
 
-func (c *cache) get(sql string) (Statement, error, bool) {
+func (c *cache) get(sql string) (Statement, bool, error) {
 	s := c.shard(sql)
 	s.mu.RLock()
 	e := s.m[sql]
 	s.mu.RUnlock()
 	if e == nil {
-		return Statement{}, nil, false
+		return Statement{}, false, nil
 	}
 	if !e.used.Load() {
 		e.used.Store(true)
 	}
-	return e.st, e.err, true
+	return e.st, true, e.err
 }
 
 // put stores a verdict. st.Text and a refusal's strings must not share
 // memory with anything but key.
 func (c *cache) put(key string, st Statement, err error) {
 	e := &entry{key: key, st: st, err: err, size: len(key) + entryOverhead}
-	if r, ok := err.(*Refusal); ok {
+	if r, ok := err.(*Refusal); ok { //nolint:errorlint // check returns only its own unwrapped *Refusal; no errors.As allocation here
 		e.size += len(r.What) + len(r.Why)
 	}
 	s := c.shard(key)

@@ -130,7 +130,7 @@ func (c *Checker) Check(sql string) (Statement, error) {
 	if c.cache == nil {
 		return c.check(sql)
 	}
-	if st, err, ok := c.cache.get(sql); ok {
+	if st, ok, err := c.cache.get(sql); ok {
 		return st, err
 	}
 	// The cache keeps its own copy: sql may be a slice of a large request.

@@ -178,11 +178,11 @@ var attacks = []struct {
 	{"SELECT '\xff'", "invalid UTF-8", 8},
 }
 
-func newChecker(t testing.TB, cfg Config) *Checker {
-	t.Helper()
+func newChecker(tb testing.TB, cfg Config) *Checker {
+	tb.Helper()
 	c, err := New(cfg)
 	if err != nil {
-		t.Fatalf("New(%+v): %v", cfg, err)
+		tb.Fatalf("New(%+v): %v", cfg, err)
 	}
 	return c
 }
@@ -223,24 +223,42 @@ func TestAccepted(t *testing.T) {
 		sql  string
 		want Statement
 	}{
-		{"INSERT INTO jobs (id, state) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET state = excluded.state",
-			Statement{Kind: "INSERT", Text: "INSERT INTO jobs (id, state) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET state = excluded.state"}},
-		{"INSERT INTO jobs VALUES ($1) ON CONFLICT DO NOTHING RETURNING id",
-			Statement{Kind: "INSERT", ReturnsRows: true, Text: "INSERT INTO jobs VALUES ($1) ON CONFLICT DO NOTHING RETURNING id"}},
-		{"UPDATE jobs SET state = $2 WHERE id = $1 RETURNING state",
-			Statement{Kind: "UPDATE", ReturnsRows: true, Text: "UPDATE jobs SET state = $2 WHERE id = $1 RETURNING state"}},
-		{"DELETE FROM jobs USING done WHERE jobs.id = done.id",
-			Statement{Kind: "DELETE", Text: "DELETE FROM jobs USING done WHERE jobs.id = done.id"}},
-		{"MERGE INTO jobs j USING (VALUES ($1::int)) v(id) ON j.id = v.id WHEN MATCHED THEN UPDATE SET state = 'x' WHEN NOT MATCHED THEN INSERT (id) VALUES (v.id)",
-			Statement{Kind: "MERGE", Text: "MERGE INTO jobs j USING (VALUES ($1::int)) v(id) ON j.id = v.id WHEN MATCHED THEN UPDATE SET state = 'x' WHEN NOT MATCHED THEN INSERT (id) VALUES (v.id)"}},
-		{"MERGE INTO jobs j USING done d ON j.id = d.id WHEN MATCHED THEN DELETE RETURNING j.id",
-			Statement{Kind: "MERGE", ReturnsRows: true, Text: "MERGE INTO jobs j USING done d ON j.id = d.id WHEN MATCHED THEN DELETE RETURNING j.id"}},
-		{"WITH moved AS (DELETE FROM jobs WHERE id = $1 RETURNING *) INSERT INTO done SELECT * FROM moved",
-			Statement{Kind: "INSERT", ModifyingCTE: true, Text: "WITH moved AS (DELETE FROM jobs WHERE id = $1 RETURNING *) INSERT INTO done SELECT * FROM moved"}},
-		{"WITH n AS (SELECT 1 AS a) SELECT a FROM n",
-			Statement{Kind: "SELECT", ReturnsRows: true, Text: "WITH n AS (SELECT 1 AS a) SELECT a FROM n"}},
-		{"SELECT pg_advisory_xact_lock($1), (SELECT count(*) FROM jobs WHERE state IN (SELECT s FROM states)) FROM jobs FOR UPDATE",
-			Statement{Kind: "SELECT", ReturnsRows: true, Text: "SELECT pg_advisory_xact_lock($1), (SELECT count(*) FROM jobs WHERE state IN (SELECT s FROM states)) FROM jobs FOR UPDATE"}},
+		{
+			"INSERT INTO jobs (id, state) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET state = excluded.state",
+			Statement{Kind: "INSERT", Text: "INSERT INTO jobs (id, state) VALUES ($1, $2) ON CONFLICT (id) DO UPDATE SET state = excluded.state"},
+		},
+		{
+			"INSERT INTO jobs VALUES ($1) ON CONFLICT DO NOTHING RETURNING id",
+			Statement{Kind: "INSERT", ReturnsRows: true, Text: "INSERT INTO jobs VALUES ($1) ON CONFLICT DO NOTHING RETURNING id"},
+		},
+		{
+			"UPDATE jobs SET state = $2 WHERE id = $1 RETURNING state",
+			Statement{Kind: "UPDATE", ReturnsRows: true, Text: "UPDATE jobs SET state = $2 WHERE id = $1 RETURNING state"},
+		},
+		{
+			"DELETE FROM jobs USING done WHERE jobs.id = done.id",
+			Statement{Kind: "DELETE", Text: "DELETE FROM jobs USING done WHERE jobs.id = done.id"},
+		},
+		{
+			"MERGE INTO jobs j USING (VALUES ($1::int)) v(id) ON j.id = v.id WHEN MATCHED THEN UPDATE SET state = 'x' WHEN NOT MATCHED THEN INSERT (id) VALUES (v.id)",
+			Statement{Kind: "MERGE", Text: "MERGE INTO jobs j USING (VALUES ($1::int)) v(id) ON j.id = v.id WHEN MATCHED THEN UPDATE SET state = 'x' WHEN NOT MATCHED THEN INSERT (id) VALUES (v.id)"},
+		},
+		{
+			"MERGE INTO jobs j USING done d ON j.id = d.id WHEN MATCHED THEN DELETE RETURNING j.id",
+			Statement{Kind: "MERGE", ReturnsRows: true, Text: "MERGE INTO jobs j USING done d ON j.id = d.id WHEN MATCHED THEN DELETE RETURNING j.id"},
+		},
+		{
+			"WITH moved AS (DELETE FROM jobs WHERE id = $1 RETURNING *) INSERT INTO done SELECT * FROM moved",
+			Statement{Kind: "INSERT", ModifyingCTE: true, Text: "WITH moved AS (DELETE FROM jobs WHERE id = $1 RETURNING *) INSERT INTO done SELECT * FROM moved"},
+		},
+		{
+			"WITH n AS (SELECT 1 AS a) SELECT a FROM n",
+			Statement{Kind: "SELECT", ReturnsRows: true, Text: "WITH n AS (SELECT 1 AS a) SELECT a FROM n"},
+		},
+		{
+			"SELECT pg_advisory_xact_lock($1), (SELECT count(*) FROM jobs WHERE state IN (SELECT s FROM states)) FROM jobs FOR UPDATE",
+			Statement{Kind: "SELECT", ReturnsRows: true, Text: "SELECT pg_advisory_xact_lock($1), (SELECT count(*) FROM jobs WHERE state IN (SELECT s FROM states)) FROM jobs FOR UPDATE"},
+		},
 		{"VALUES (1), (2)", Statement{Kind: "SELECT", ReturnsRows: true, Text: "VALUES (1), (2)"}},
 		{"SELECT 1 UNION ALL SELECT 2", Statement{Kind: "SELECT", ReturnsRows: true, Text: "SELECT 1 UNION ALL SELECT 2"}},
 		{"TABLE jobs", Statement{Kind: "SELECT", ReturnsRows: true, Text: "TABLE jobs"}},
@@ -413,7 +431,7 @@ func TestCacheSameVerdict(t *testing.T) {
 	for _, sql := range []string{"SELECT 1", "COMMIT", "SELECT set_config('a','b',false)"} {
 		st1, err1 := c.Check(sql)
 		st2, err2 := c.Check(sql)
-		if st1 != st2 || err1 != err2 {
+		if st1 != st2 || err1 != err2 { //nolint:errorlint // identity is the point: a cached verdict is the very same error value
 			t.Errorf("Check(%q) twice: got %+v, %v then %+v, %v, want the same", sql, st1, err1, st2, err2)
 		}
 	}

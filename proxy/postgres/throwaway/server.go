@@ -118,8 +118,8 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 // /usr/lib/postgresql/*/bin. It returns ErrNotFound if there is none.
 func FindBinDir() (string, error) {
 	if p, err := exec.LookPath("postgres"); err == nil {
-		if real, err := filepath.EvalSymlinks(p); err == nil {
-			dir := filepath.Dir(real)
+		if resolved, err := filepath.EvalSymlinks(p); err == nil {
+			dir := filepath.Dir(resolved)
 			if isExecutable(filepath.Join(dir, "initdb")) {
 				return dir, nil
 			}

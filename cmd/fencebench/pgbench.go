@@ -78,8 +78,10 @@ func (b *bench) pgbenchCommand(target, dir string, clients int, token int64) pgb
 	// (64 take a while on a loaded machine), and fencegate's connection
 	// start is a round trip longer than the database's.
 	secs := max(5, int((b.cfg.duration+time.Second/2)/time.Second))
-	args := []string{"-n", "-M", "prepared", "-f", script, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
-		"-T", strconv.Itoa(secs), "-l", "--log-prefix=" + pgbenchLogPrefix, "-h", host, "-p", port, "-U", benchWorkerRole, "postgres"}
+	args := []string{
+		"-n", "-M", "prepared", "-f", script, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
+		"-T", strconv.Itoa(secs), "-l", "--log-prefix=" + pgbenchLogPrefix, "-h", host, "-p", port, "-U", benchWorkerRole, "postgres",
+	}
 	return pgbenchRun{args: args, env: env}
 }
 
@@ -169,8 +171,10 @@ func (b *bench) runPgbench(ctx context.Context) error {
 		}
 		for _, t := range pgbenchTargets {
 			o := got[t]
-			r := result{Scenario: "pgbench", Path: t, Clients: n, OpsPerSec: median(o.tps), AvgUs: round1(median(o.lat)),
-				P50us: round1(median(o.p50)), P99us: round1(median(o.p99)), Note: lines[t]}
+			r := result{
+				Scenario: "pgbench", Path: t, Clients: n, OpsPerSec: median(o.tps), AvgUs: round1(median(o.lat)),
+				P50us: round1(median(o.p50)), P99us: round1(median(o.p99)), Note: lines[t],
+			}
 			if len(o.cpu) > 0 {
 				c := median(o.cpu)
 				r.CPUusPerOp = &c
@@ -297,9 +301,11 @@ func (r *report) pgbenchRows() []result {
 const pgbenchHeader = "pgbench\tclients\ttps\t× direct-fenced\t× bouncer\t× bouncer-fenced\tlatency avg µs\tp50 µs\tp99 µs\tproxy CPU µs/tx\t"
 
 func (r *report) pgbenchCells(x result) []string {
-	return []string{x.Path, strconv.Itoa(x.Clients), fmt.Sprintf("%.0f", x.OpsPerSec),
+	return []string{
+		x.Path, strconv.Itoa(x.Clients), fmt.Sprintf("%.0f", x.OpsPerSec),
 		r.peerRatio(x, pgbenchDirectFenced), r.peerRatio(x, pgbenchBouncer), r.peerRatio(x, pgbenchBouncerFenced),
-		fmt.Sprintf("%.1f", x.AvgUs), fmt.Sprintf("%.0f", x.P50us), fmt.Sprintf("%.0f", x.P99us), optf(x.CPUusPerOp, 1)}
+		fmt.Sprintf("%.1f", x.AvgUs), fmt.Sprintf("%.0f", x.P50us), fmt.Sprintf("%.0f", x.P99us), optf(x.CPUusPerOp, 1),
+	}
 }
 
 func (r *report) printPgbench(w io.Writer) {

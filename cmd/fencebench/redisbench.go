@@ -176,7 +176,8 @@ func (b *bench) runRedisbench(ctx context.Context) error {
 				v := round1(pick(func(x redisbenchFigures) float64 { return us(d(x)) / float64(x.requests) }))
 				return &v
 			}
-			res := result{Scenario: redisbenchScenario(s.pipeline), Path: t, Clients: s.clients,
+			res := result{
+				Scenario: redisbenchScenario(s.pipeline), Path: t, Clients: s.clients,
 				OpsPerSec: pick(func(x redisbenchFigures) float64 { return x.rps }),
 				P50us:     round1(pick(func(x redisbenchFigures) float64 { return x.p50us })),
 				P99us:     round1(pick(func(x redisbenchFigures) float64 { return x.p99us })),
@@ -184,7 +185,8 @@ func (b *bench) runRedisbench(ctx context.Context) error {
 				BackendCPU: perOp(func(x redisbenchFigures) time.Duration {
 					return x.redisCPU
 				}),
-				Note: lines[t]}
+				Note: lines[t],
+			}
 			if t != rbDirectPlain && t != rbDirectFenced {
 				res.CPUusPerOp = perOp(func(x redisbenchFigures) time.Duration { return x.proxyCPU })
 			}
@@ -310,10 +312,12 @@ func redisbenchPipelineOf(scenario string) string {
 const redisbenchHeader = "redis-benchmark\tclients\t-P\trps\t× direct-fenced\t× twemproxy\tp50 µs\tp99 µs\tproxy CPU µs/op\tRedis CPU µs/op\tclient CPU µs/op\t"
 
 func (r *report) redisbenchCells(x result) []string {
-	return []string{x.Path, strconv.Itoa(x.Clients), redisbenchPipelineOf(x.Scenario), fmt.Sprintf("%.0f", x.OpsPerSec),
+	return []string{
+		x.Path, strconv.Itoa(x.Clients), redisbenchPipelineOf(x.Scenario), fmt.Sprintf("%.0f", x.OpsPerSec),
 		r.peerRatio(x, rbDirectFenced), r.peerRatio(x, rbTwemproxy),
 		fmt.Sprintf("%.0f", x.P50us), fmt.Sprintf("%.0f", x.P99us),
-		optf(x.CPUusPerOp, 1), optf(x.BackendCPU, 1), optf(x.ClientCPU, 1)}
+		optf(x.CPUusPerOp, 1), optf(x.BackendCPU, 1), optf(x.ClientCPU, 1),
+	}
 }
 
 func (r *report) printRedisbench(w io.Writer) {

@@ -234,8 +234,8 @@ func check(ok bool) int {
 
 func (r *report) goals() []goal {
 	var gs []goal
-	ratioGoal := func(path string, clients int, min float64) {
-		name := fmt.Sprintf("%s ≥ %.2f × %s, %d clients, distinct fences", path, min, reference(path), clients)
+	ratioGoal := func(path string, clients int, minRatio float64) {
+		name := fmt.Sprintf("%s ≥ %.2f × %s, %d clients, distinct fences", path, minRatio, reference(path), clients)
 		x, ok := r.find("distinct", path, clients)
 		if !ok {
 			gs = append(gs, goal{name: name, value: "not measured"})
@@ -247,10 +247,10 @@ func (r *report) goals() []goal {
 			return
 		}
 		v := fmt.Sprintf("%.2f", q)
-		if q < min {
-			v += fmt.Sprintf(" (short by %.0f%% of the reference)", (min-q)*100)
+		if q < minRatio {
+			v += fmt.Sprintf(" (short by %.0f%% of the reference)", (minRatio-q)*100)
 		}
-		gs = append(gs, goal{name: name, value: v, state: check(q >= min)})
+		gs = append(gs, goal{name: name, value: v, state: check(q >= minRatio)})
 	}
 	for _, n := range []int{16, 64} {
 		ratioGoal(pgGRPC, n, 0.85)
@@ -300,8 +300,10 @@ func (r *report) goals() []goal {
 		for _, x := range r.results {
 			if x.Scenario == scenario {
 				p99 := time.Duration(x.P99us * float64(time.Microsecond))
-				gs = append(gs, goal{name: fmt.Sprintf("%s p99 ≤ %v", what, limit),
-					value: fmt.Sprintf("%.1f ms over %d trials", x.P99us/1000, x.Trials), state: check(p99 <= limit)})
+				gs = append(gs, goal{
+					name:  fmt.Sprintf("%s p99 ≤ %v", what, limit),
+					value: fmt.Sprintf("%.1f ms over %d trials", x.P99us/1000, x.Trials), state: check(p99 <= limit),
+				})
 				return
 			}
 		}

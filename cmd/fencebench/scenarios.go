@@ -722,7 +722,10 @@ func (b *bench) runManyElections(ctx context.Context) error {
 			break
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("fencegate did not learn election %s within 60 s (%v)", last, err)
+			if err != nil {
+				return fmt.Errorf("fencegate did not learn election %s within 60 s (%w)", last, err)
+			}
+			return fmt.Errorf("fencegate did not learn election %s within 60 s", last)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -250,15 +250,18 @@ func startGateway(ctx context.Context, cfg config, dir string, e *env, name stri
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("fencegate binary %s not found (run make build, or pass --fencegate): %w", cfg.fencegate, err)
 	}
-	g := &gateway{name: name, logPath: filepath.Join(dir, name+".log"), done: make(chan struct{}), tls: tc,
-		hc: &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}}
+	g := &gateway{
+		name: name, logPath: filepath.Join(dir, name+".log"), done: make(chan struct{}), tls: tc,
+		hc: &http.Client{Transport: &http.Transport{TLSClientConfig: tc}},
+	}
 	if g.grpcAddr, err = freeport.Pick(); err != nil {
 		return nil, err
 	}
 	if g.httpAddr, err = freeport.Pick(); err != nil {
 		return nil, err
 	}
-	args := []string{"serve",
+	args := []string{
+		"serve",
 		"--etcd-endpoints=" + strings.Join(e.etcd.Endpoints(), ","),
 		"--postgres-dsn=" + e.pgGatewayDSN,
 		"--redis-addr=" + e.proxiedRedis,

@@ -451,8 +451,10 @@ func TestMarkFence(t *testing.T) {
 // anything shows as a refused write stored.
 func TestAttacksCarryRecords(t *testing.T) {
 	for _, backend := range []string{"postgres", "redis"} {
-		cfg := workerConfig{ID: "w0.0", Fence: "chaos", Backend: backend, OtherFence: "chaos-other", HostileP: 1,
-			Intruder: tlsFiles{CA: "ca.pem", Cert: "intruder.pem", Key: "intruder-key.pem"}}
+		cfg := workerConfig{
+			ID: "w0.0", Fence: "chaos", Backend: backend, OtherFence: "chaos-other", HostileP: 1,
+			Intruder: tlsFiles{CA: "ca.pem", Cert: "intruder.pem", Key: "intruder-key.pem"},
+		}
 		a := newAttacker(cfg)
 		names := map[string]bool{}
 		as := map[string]bool{}

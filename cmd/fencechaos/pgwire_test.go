@@ -163,10 +163,16 @@ func TestPgwireSenderDirect(t *testing.T) {
 		wantStored bool
 	}{
 		{"record", time.Second, recordRequest(cfg, 3, 1), Acked, "", true},
-		{"timeout before COMMIT", 300 * time.Millisecond,
-			request{stmts: []stmt{recordStmt(cfg, 3, 2), {sql: "SELECT pg_sleep(5)"}}}, Refused, "TIMEOUT before COMMIT", false},
-		{"refused statement in a Query string", time.Second,
-			request{simple: true, stmts: []stmt{recordStmt(cfg, 3, 3), {sql: "CREATE RULE r AS ON INSERT TO ledger DO INSTEAD NOTHING"}}}, Refused, "STATEMENT_FAILED", false},
+		{
+			"timeout before COMMIT", 300 * time.Millisecond,
+			request{stmts: []stmt{recordStmt(cfg, 3, 2), {sql: "SELECT pg_sleep(5)"}}},
+			Refused, "TIMEOUT before COMMIT", false,
+		},
+		{
+			"refused statement in a Query string", time.Second,
+			request{simple: true, stmts: []stmt{recordStmt(cfg, 3, 3), {sql: "CREATE RULE r AS ON INSERT TO ledger DO INSTEAD NOTHING"}}},
+			Refused, "STATEMENT_FAILED", false,
+		},
 		{"after the timeout, a new connection", time.Second, recordRequest(cfg, 3, 4), Acked, "", true},
 	}
 	for i, tt := range tests {

@@ -119,7 +119,7 @@ func TestCampaignCertificates(t *testing.T) {
 	}
 	send, closeSend := newHTTPSender(workerConfig{Fence: "chaos", Backend: "redis", HTTPGateways: []string{addr}}, tc)
 	defer closeSend()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	if out, reason := send(ctx, 7, request{cmds: [][]string{{"SET", "{chaos}:x", "1"}}}); out != Refused || reason != reasonTLSRefused {
 		t.Errorf("without a certificate: got %v %q, want %v %q", out, reason, Refused, reasonTLSRefused)

@@ -273,8 +273,11 @@ func zkCampaign(ctx context.Context, w *worker) (term, error) {
 		}
 	}
 	ok, st, ev, err := conn.ExistsW(node)
-	if err != nil || !ok {
-		return fail(fmt.Errorf("zookeeper: own candidate: %v", err))
+	if err != nil {
+		return fail(fmt.Errorf("zookeeper: own candidate: %w", err))
+	}
+	if !ok {
+		return fail(errors.New("zookeeper: own candidate gone"))
 	}
 	t.token = st.Czxid
 	go func() {

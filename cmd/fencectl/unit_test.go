@@ -133,10 +133,14 @@ func TestCommandParse(t *testing.T) {
 // message already leads with it.
 func TestRefusalOneLine(t *testing.T) {
 	for _, c := range []struct{ body, want string }{
-		{`{"code":9,"message":"fencegate: STALE_TOKEN: token 7 is below the high-water mark 8","details":[{"reason":"STALE_TOKEN"}]}`,
-			"POST /v1/fences/jobs/reset: fencegate: STALE_TOKEN: token 7 is below the high-water mark 8 (HTTP 409)"},
-		{`{"code":5,"message":"Not Found","details":[{"reason":"NOT_FOUND"}]}`,
-			"POST /v1/fences/jobs/reset: NOT_FOUND: Not Found (HTTP 409)"},
+		{
+			`{"code":9,"message":"fencegate: STALE_TOKEN: token 7 is below the high-water mark 8","details":[{"reason":"STALE_TOKEN"}]}`,
+			"POST /v1/fences/jobs/reset: fencegate: STALE_TOKEN: token 7 is below the high-water mark 8 (HTTP 409)",
+		},
+		{
+			`{"code":5,"message":"Not Found","details":[{"reason":"NOT_FOUND"}]}`,
+			"POST /v1/fences/jobs/reset: NOT_FOUND: Not Found (HTTP 409)",
+		},
 		{`{"code":5,"message":"Not Found"}`, "POST /v1/fences/jobs/reset: Not Found (HTTP 409)"},
 		{`not json`, "POST /v1/fences/jobs/reset: HTTP 409: not json"},
 	} {

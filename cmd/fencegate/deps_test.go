@@ -91,10 +91,14 @@ func TestDepsServe(t *testing.T) {
 	missing := filepath.Join(dir, "missing.pem")
 	https := etcd.ClientURL()
 	plain := strings.Replace(https, "https://", "http://", 1)
-	etcdOK := []string{"--etcd-endpoints=" + https, "--etcd-cacert=" + ca.File, "--etcd-cert=" + client.CertFile, "--etcd-key=" + client.KeyFile,
-		"--etcd-user=fencegate", "--etcd-dial-timeout=10s"}
-	redisOK := []string{"--redis-addr=" + rd.Addr(), "--redis-tls-ca-file=" + ca.File, "--redis-tls-cert-file=" + client.CertFile,
-		"--redis-tls-key-file=" + client.KeyFile, "--redis-user=fencegate"}
+	etcdOK := []string{
+		"--etcd-endpoints=" + https, "--etcd-cacert=" + ca.File, "--etcd-cert=" + client.CertFile, "--etcd-key=" + client.KeyFile,
+		"--etcd-user=fencegate", "--etcd-dial-timeout=10s",
+	}
+	redisOK := []string{
+		"--redis-addr=" + rd.Addr(), "--redis-tls-ca-file=" + ca.File, "--redis-tls-cert-file=" + client.CertFile,
+		"--redis-tls-key-file=" + client.KeyFile, "--redis-user=fencegate",
+	}
 	okEnv := map[string]string{"FENCEGATE_ETCD_PASSWORD": "etcd-pw", "FENCEGATE_REDIS_PASSWORD": "redis-pw"}
 	// with is etcdOK and redisOK with each of change's flags replacing the
 	// flag of its name (or removing it, when it is just "--name").

@@ -164,7 +164,9 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.DurationVar(&c.Postgres.WriteTimeout, "write-timeout", c.Postgres.WriteTimeout, "time limit of a whole PostgreSQL write, all its statements and its commit")
 	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow what is refused as unsafe: listening beyond loopback without --cert-file and --policy-file, or serving as a PostgreSQL superuser or schema owner, whose rights callers' statements would have")
 	fs.IntVar(&c.Redis.PoolSize, "redis-pool-size", c.Redis.PoolSize, "most Redis connections in the pool")
-	fs.BoolVar(&c.Redis.CheckSlots, "redis-check-slots", c.Redis.CheckSlots,
+	// Still accepted so that existing command lines keep working; nothing
+	// reads the deprecated redis.Config.CheckSlots, so the value is dropped.
+	fs.Bool("redis-check-slots", true,
 		"deprecated and ignored: every Redis key must carry the fence's {<fence>} hash tag, which also keeps it in the fence's slot")
 	fs.IntVar(&c.Redis.MaxValueBytes, "redis-max-value-bytes", c.Redis.MaxValueBytes,
 		"largest Redis value one write may pass or create (each argument; what SETRANGE, SETBIT and APPEND would make)")

@@ -29,7 +29,7 @@ func TestHelp(t *testing.T) {
 	for _, args := range [][]string{{"--help"}, {"serve", "--help"}, {"dev", "-h"}, {"migrate", "--help"}} {
 		t.Run(strings.Join(args, " "), func(t *testing.T) {
 			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), args, &stdout, &stderr)
+			err := run(t.Context(), args, &stdout, &stderr)
 			if err != nil && !errors.Is(err, flag.ErrHelp) {
 				t.Fatalf("got error %v, want help", err)
 			}
@@ -71,7 +71,7 @@ func TestServeErrors(t *testing.T) {
 				t.Setenv(k, v)
 			}
 			var stdout, stderr bytes.Buffer
-			err := run(context.Background(), tt.args, &stdout, &stderr)
+			err := run(t.Context(), tt.args, &stdout, &stderr)
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Errorf("got %v, want an error containing %q", err, tt.want)
 			}
@@ -109,13 +109,15 @@ func TestDev(t *testing.T) {
 	etcdAddr, grpcAddr, httpAddr, pgAddr, respAddr := freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t), freeport.Addr(t)
 	sockDir := t.TempDir()
 	respSock := filepath.Join(sockDir, "fencegate-redis.sock")
-	ctx, cancel := context.WithCancel(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
 	var stdout, stderr syncBuffer
 	done := make(chan error, 1)
 	go func() {
-		done <- run(ctx, []string{"dev", "--etcd-listen=http://" + etcdAddr, "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + pgAddr, "--redis-listen-addr=" + respAddr,
-			"--pg-unix-socket-dir=" + sockDir, "--redis-unix-socket=" + respSock, "--term-sources=mono-*=monotonic"}, &stdout, &stderr)
+		done <- run(ctx, []string{
+			"dev", "--etcd-listen=http://" + etcdAddr, "--grpc-addr=" + grpcAddr, "--http-addr=" + httpAddr, "--pg-listen-addr=" + pgAddr, "--redis-listen-addr=" + respAddr,
+			"--pg-unix-socket-dir=" + sockDir, "--redis-unix-socket=" + respSock, "--term-sources=mono-*=monotonic",
+		}, &stdout, &stderr)
 	}()
 
 	deadline := time.Now().Add(90 * time.Second)
@@ -292,8 +294,10 @@ func TestServeChecksItsRole(t *testing.T) {
 	serve := func(dsn string, extra ...string) error {
 		ctx, cancel := context.WithCancel(t.Context())
 		defer cancel()
-		args := append([]string{"serve", "--etcd-endpoints=" + strings.Join(etcd.Endpoints(), ","),
-			"--postgres-dsn=" + dsn, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"}, extra...)
+		args := append([]string{
+			"serve", "--etcd-endpoints=" + strings.Join(etcd.Endpoints(), ","),
+			"--postgres-dsn=" + dsn, "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0",
+		}, extra...)
 		var stdout, stderr syncBuffer
 		errc := make(chan error, 1)
 		go func() { errc <- run(ctx, args, &stdout, &stderr) }()
@@ -355,8 +359,10 @@ func TestRedisLogsThroughTheProcessLog(t *testing.T) {
 	defer etcd.Close()
 	sock := filepath.Join(t.TempDir(), "redis.sock")
 	var stdout, stderr syncBuffer
-	err = run(t.Context(), []string{"serve", "--etcd-endpoints=" + strings.Join(etcd.Endpoints(), ","), "--redis-addr=" + sock,
-		"--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--log-level=debug"}, &stdout, &stderr)
+	err = run(t.Context(), []string{
+		"serve", "--etcd-endpoints=" + strings.Join(etcd.Endpoints(), ","), "--redis-addr=" + sock,
+		"--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0", "--log-level=debug",
+	}, &stdout, &stderr)
 	if want := "redis: cannot reach " + sock + ": dial unix " + sock; err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("got %v, want one line containing %q", err, want)
 	}

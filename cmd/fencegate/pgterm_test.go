@@ -50,7 +50,7 @@ func newPgTermEnv(t *testing.T) *pgTermEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { admin.Close(context.Background()) })
+	t.Cleanup(func() { admin.Close(context.WithoutCancel(t.Context())) })
 	if _, err := admin.Exec(ctx, `CREATE TABLE leadership_term (name text PRIMARY KEY, term bigint NOT NULL);
 GRANT SELECT, UPDATE (term) ON leadership_term TO fencegate_owner;
 CREATE TABLE jobs_done (v text);
@@ -58,11 +58,13 @@ GRANT SELECT, INSERT ON jobs_done TO gw`); err != nil {
 		t.Fatal(err)
 	}
 	e := &pgTermEnv{pg: pg, admin: admin, httpAddr: freeport.Addr(t), pgAddr: freeport.Addr(t), log: &syncBuffer{}}
-	sctx, cancel := context.WithCancel(context.Background())
+	sctx, cancel := context.WithCancel(t.Context())
 	errc := make(chan error, 1)
-	args := []string{"serve", "--etcd-endpoints=", "--term-sources=jobs*=postgres-term", "--postgres-dsn=" + dsn,
+	args := []string{
+		"serve", "--etcd-endpoints=", "--term-sources=jobs*=postgres-term", "--postgres-dsn=" + dsn,
 		"--redis-addr=" + rd.Addr(), "--grpc-addr=127.0.0.1:0", "--http-addr=" + e.httpAddr, "--pg-listen-addr=" + e.pgAddr,
-		"--postgres-term-poll=50ms"}
+		"--postgres-term-poll=50ms",
+	}
 	go func() { errc <- run(sctx, args, io.Discard, e.log) }()
 	t.Cleanup(func() {
 		cancel()
@@ -91,7 +93,7 @@ func (e *pgTermEnv) lead(t *testing.T, name string) (*pgx.Conn, uint64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
+	t.Cleanup(func() { conn.Close(context.WithoutCancel(t.Context())) })
 	var won bool
 	if err := conn.QueryRow(t.Context(), "SELECT pg_try_advisory_lock(hashtext($1))", name).Scan(&won); err != nil || !won {
 		t.Fatalf("advisory lock of %s: got %v, %v; want it won", name, won, err)
@@ -166,7 +168,7 @@ func (e *pgTermEnv) pgWrite(t *testing.T, fence string, tok uint64, v string) st
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(context.Background())
+	defer conn.Close(t.Context())
 	// The extended protocol (pgx's default) and the simple one.
 	_, err = conn.Exec(t.Context(), "INSERT INTO jobs_done VALUES ($1)", v)
 	_, serr := conn.Exec(t.Context(), "INSERT INTO jobs_done VALUES ('"+v+"-simple')", pgx.QueryExecModeSimpleProtocol)

@@ -103,7 +103,7 @@ func TestServePgListener(t *testing.T) {
 // TestPgListenExposure: --pg-listen-addr beyond loopback needs TLS and a
 // policy, like the other listeners.
 func TestPgListenExposure(t *testing.T) {
-	err := run(context.Background(), []string{"serve", "--postgres-dsn=postgres://x@127.0.0.1:1/x", "--pg-listen-addr=0.0.0.0:0"}, io.Discard, io.Discard)
+	err := run(t.Context(), []string{"serve", "--postgres-dsn=postgres://x@127.0.0.1:1/x", "--pg-listen-addr=0.0.0.0:0"}, io.Discard, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "--pg-listen-addr 0.0.0.0:0 is reachable from other hosts") {
 		t.Fatalf("got %v, want the exposure refusal naming --pg-listen-addr", err)
 	}

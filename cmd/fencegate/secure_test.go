@@ -155,8 +155,10 @@ var servingRE = regexp.MustCompile(`grpc=(\S+) http=(\S+)`)
 func (e *secureEnv) serveGateway(t *testing.T, args ...string) *gateway {
 	t.Helper()
 	ctx, cancel := context.WithCancel(t.Context())
-	args = append([]string{"serve", "--etcd-endpoints=" + strings.Join(e.etcd.Endpoints(), ","),
-		"--postgres-dsn=" + e.pg.DSNAs("gw"), "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0"}, args...)
+	args = append([]string{
+		"serve", "--etcd-endpoints=" + strings.Join(e.etcd.Endpoints(), ","),
+		"--postgres-dsn=" + e.pg.DSNAs("gw"), "--grpc-addr=127.0.0.1:0", "--http-addr=127.0.0.1:0",
+	}, args...)
 	g := &gateway{stderr: &syncBuffer{}}
 	errc := make(chan error, 1)
 	go func() { errc <- run(ctx, args, io.Discard, g.stderr) }()
@@ -257,7 +259,8 @@ func TestSecureServe(t *testing.T) {
 	t.Run("no certificate, or one from another CA, gets no connection", func(t *testing.T) {
 		for name, c := range map[string]fencegatev1.GatewayClient{"none": e.client(t, g, nil), "other CA": func() fencegatev1.GatewayClient {
 			conn, err := grpc.NewClient(g.grpcAddr, grpc.WithTransportCredentials(credentials.NewTLS(&tls.Config{
-				RootCAs: e.ca.Pool(), Certificates: []tls.Certificate{mallory.TLS}})))
+				RootCAs: e.ca.Pool(), Certificates: []tls.Certificate{mallory.TLS},
+			})))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -497,7 +500,8 @@ func TestBearerTokens(t *testing.T) {
 			RootCAs: e.ca.Pool(),
 			GetClientCertificate: func(*tls.CertificateRequestInfo) (*tls.Certificate, error) {
 				return &stranger.TLS, nil
-			}})))
+			},
+		})))
 		if err != nil {
 			t.Fatal(err)
 		}

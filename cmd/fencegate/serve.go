@@ -403,7 +403,8 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		registerConnMetrics(reg, proxy.ProtocolRESP, rs.Connections)
 	}
 
-	gopts := []grpc.ServerOption{grpc.MaxRecvMsgSize(2 * cfg.MaxBodyBytes),
+	gopts := []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(2 * cfg.MaxBodyBytes),
 		// A fixed set of goroutines with grown stacks serves the streams,
 		// instead of a new goroutine (and stack growth) per request.
 		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),

@@ -104,12 +104,12 @@ func TestToolGoals(t *testing.T) {
 		state       int
 	}{
 		{"pgbench: added p50 of pgbench-wire over pgbench-direct-fenced ≤ 60 µs, 1 client", "39 µs", 1},
-		{"pgbench: pgbench-wire ≥ 0.85 × pgbench-direct-fenced, 64 clients", "0.79", 2},
-		{"pgbench: pgbench-wire ≥ 1.00 × pgbench-bouncer, 1 clients", "0.75", 2},
+		{"pgbench: pgbench-wire ≥ 0.85 × pgbench-direct-fenced, 64 clients", "0.79 (short by 6% of the reference)", 2},
+		{"pgbench: pgbench-wire ≥ 1.00 × pgbench-bouncer, 1 clients", "0.75 (short by 25% of the reference)", 2},
 		{"pgbench: pgbench-wire ≥ 0.85 × pgbench-direct-fenced, 16 clients", "not measured", 0},
-		{"redis-benchmark: redisbench-resp ≥ 0.60 × redisbench-direct-fenced, 64 clients, -P 1", "0.54", 2},
+		{"redis-benchmark: redisbench-resp ≥ 0.60 × redisbench-direct-fenced, 64 clients, -P 1", "0.54 (short by 6% of the reference)", 2},
 		{"redis-benchmark: redisbench-resp ≥ 0.80 × redisbench-direct-fenced, 64 clients, -P 16", "1.27", 1},
-		{"redis-benchmark: redisbench-resp ≥ 0.80 × redisbench-twemproxy, 64 clients, -P 1", "0.58", 2},
+		{"redis-benchmark: redisbench-resp ≥ 0.80 × redisbench-twemproxy, 64 clients, -P 1", "0.58 (short by 22% of the reference)", 2},
 		{"redis-benchmark: added p50 of redisbench-resp over redisbench-direct-fenced ≤ 50 µs, 1 client", "48 µs", 1},
 	} {
 		g, ok := got[tt.goal]

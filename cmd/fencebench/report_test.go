@@ -135,3 +135,21 @@ func TestStatFields(t *testing.T) {
 		t.Errorf("ppid field = %d, want %d", f[1], os.Getppid())
 	}
 }
+
+// TestRatioText: a missed ratio never prints as the goal's own figure.
+func TestRatioText(t *testing.T) {
+	for _, tt := range []struct {
+		q, least float64
+		want     string
+	}{
+		{0.91, 0.85, "0.91"},
+		{0.85, 0.85, "0.85"},
+		{0.6996, 0.70, "0.6996 (short by 0.04% of the reference)"},
+		{0.66, 0.85, "0.66 (short by 19% of the reference)"},
+		{0.845, 0.85, "0.84 (short by 0.50% of the reference)"},
+	} {
+		if got := ratioText(tt.q, tt.least); got != tt.want {
+			t.Errorf("ratioText(%v, %v): got %q, want %q", tt.q, tt.least, got, tt.want)
+		}
+	}
+}

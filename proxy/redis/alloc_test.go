@@ -2,6 +2,7 @@ package redis
 
 import (
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/fencegate/fencegate/tokens"
@@ -52,6 +53,8 @@ func TestPlanReused(t *testing.T) {
 	}{
 		{f, 7, [][]string{{"MSET", key(f, "a"), "1", key(f, "b"), "2"}, {"GET", key(f, "c")}, {"INCR", key(f, "a")}}},
 		{g, 9, [][]string{{"SET", key(g, "x"), "1"}}},
+		// Refused half-way through its check, with arguments laid out.
+		{f, 8, [][]string{{"SET", key(f, "x"), "1"}, {"SET", key(g, "y"), "1"}}},
 		{f, 8, [][]string{{"GET", key(f, "c")}}},
 		{f, 7, [][]string{{"DEL", key(f, "a")}, {"SADD", key(f, "s"), "m"}}},
 	}
@@ -62,7 +65,10 @@ func TestPlanReused(t *testing.T) {
 		r1 := b.planOf(&reused, w.fence, w.t, w.cmds)
 		r2 := b.planOf(&fresh, w.fence, w.t, w.cmds)
 		if r1 != nil || r2 != nil {
-			t.Fatalf("write %d: refused: %v, %v", i, r1, r2)
+			if r1 == nil || r2 == nil || r1.Error() != r2.Error() {
+				t.Fatalf("write %d: refused by the reused plan with %v, by a new one with %v", i, r1, r2)
+			}
+			continue
 		}
 		if !slices.Equal(reused.cmd, fresh.cmd) || reused.nw != fresh.nw || reused.lease != fresh.lease {
 			t.Errorf("write %d: reused plan sends %q (%d written), a new one %q (%d written)",
@@ -93,5 +99,64 @@ func TestFenceArgs(t *testing.T) {
 	}
 	if n := len(a.m); n != maxArgFences {
 		t.Errorf("cached fences: %d, want the bound %d", n, maxArgFences)
+	}
+}
+
+// TestRefusedWritesLeaveNoFenceArgs: a write refused by its check (a
+// command out of the allowlist, a key of another fence) makes no entry in
+// the backend's per-fence cache, so refused requests cannot fill it.
+func TestRefusedWritesLeaveNoFenceArgs(t *testing.T) {
+	b := openBackend(t, DefaultConfig())
+	f := unique("refusedargs")
+	for _, cmds := range [][][]string{
+		{{"EVAL", "return 1", "0"}},
+		{{"SET", "{other}:k", "v"}},
+		{{"SET", key(f, "k"), "v"}, {"FLUSHALL"}},
+	} {
+		if _, err := b.Exec(t.Context(), f, 3, cmds); err == nil {
+			t.Fatalf("%q: accepted, want refused", cmds)
+		}
+	}
+	b.args.mu.RLock()
+	_, cached := b.args.m[f]
+	b.args.mu.RUnlock()
+	if cached {
+		t.Errorf("fence %s: refused writes left an entry in the cache", f)
+	}
+	if _, err := b.Exec(t.Context(), f, 3, [][]string{{"SET", key(f, "k"), "v"}}); err != nil {
+		t.Fatal(err)
+	}
+	b.args.mu.RLock()
+	_, cached = b.args.m[f]
+	b.args.mu.RUnlock()
+	if !cached {
+		t.Errorf("fence %s: an applied write left no entry in the cache", f)
+	}
+}
+
+// TestResetDropsLargeBuffers: a write of many arguments leaves no buffers
+// in the pool, which would otherwise hold them for the writes after it.
+func TestResetDropsLargeBuffers(t *testing.T) {
+	b := openBackend(t, DefaultConfig())
+	f := unique("large")
+	mset := []string{"MSET"}
+	for i := range 1000 {
+		mset = append(mset, key(f, strconv.Itoa(i)), "v")
+	}
+	var p plan
+	if r := b.planOf(&p, f, 3, [][]string{mset}); r != nil {
+		t.Fatal(r)
+	}
+	p.reset()
+	if cap(p.cmd) != 0 || cap(p.args) != 0 || cap(p.keys) != 0 || cap(p.written.list) != 0 {
+		t.Errorf("after a write of %d arguments the plan keeps buffers of %d, %d, %d and %d elements, want none",
+			len(mset), cap(p.cmd), cap(p.args), cap(p.keys), cap(p.written.list))
+	}
+	if r := b.planOf(&p, f, 3, [][]string{{"SET", key(f, "k"), "v"}}); r != nil {
+		t.Fatal(r)
+	}
+	p.reset()
+	if cap(p.cmd) == 0 {
+		t.Error("a small write's buffers are not kept")
 	}
 }

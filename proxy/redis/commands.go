@@ -369,9 +369,17 @@ type plan struct {
 	written, read keySet
 }
 
-// reset empties p for another write, keeping its buffers and dropping
-// what they held.
+// maxPooledArgs bounds the buffers a pooled plan keeps: a write of more
+// arguments gets buffers of its own, and leaves none in the pool.
+const maxPooledArgs = 1024
+
+// reset empties p for another write, keeping its buffers (up to
+// maxPooledArgs) and dropping what they held.
 func (p *plan) reset() {
+	if cap(p.cmd) > maxPooledArgs {
+		*p = plan{}
+		return
+	}
 	clear(p.keys)
 	clear(p.args)
 	clear(p.cmd)
@@ -391,17 +399,6 @@ func (p *plan) seal() {
 	p.cmd = append(p.cmd[:0], "evalsha", sha, len(p.keys))
 	p.cmd = append(p.cmd, p.keys...)
 	p.cmd = append(p.cmd, p.args...)
-}
-
-// evalCmd is p's command as EVAL, which loads the script: for a server
-// that lost it (NOSCRIPT).
-func (p *plan) evalCmd() []any {
-	cmd := slices.Clone(p.cmd)
-	cmd[0], cmd[1] = "eval", fenceScript
-	if p.lease {
-		cmd[1] = leaseSource
-	}
-	return cmd
 }
 
 // withLease makes p a write of a lease fence: its lease and counter keys
@@ -445,10 +442,8 @@ func (b *Backend) check(p *plan, fence string, t tokens.Token, cmds [][]string) 
 	for _, c := range cmds {
 		nargs += 1 + len(c)
 	}
-	tokenKey, tokenArg := b.args.of(fence, t)
-	p.keys = append(p.keys, tokenKey)
+	p.keys = append(p.keys, nil) // the token key, once the write is checked
 	p.args = slices.Grow(p.args, nargs)[:argCommands]
-	p.args[argToken] = tokenArg
 	p.args[argMaxValue] = b.maxValueArg
 	p.args[argMaxReply] = b.maxReplyArg
 	written, read := &p.written, &p.read
@@ -521,6 +516,8 @@ func (b *Backend) check(p *plan, fence string, t tokens.Token, cmds [][]string) 
 			p.keys = append(p.keys, k)
 		}
 	}
+	// Only a checked write's fence gets an entry in b.args.
+	p.keys[0], p.args[argToken] = b.args.of(fence, t)
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -47,16 +48,14 @@ func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [
 	}
 	c.fence, c.token = fence, t
 	c.Init(ctx)
-	o := b.co.Do(c)
-	if o == coalesce.Orphaned {
-		// Its batch still finishes it: not to be used again.
+	if o := b.co.Do(c); o != coalesce.Finished {
+		if o == coalesce.Abandoned {
+			c.release() // never sent; an Orphaned call's batch still finishes it
+		}
 		return nil, coalesce.Refusal(o, fence, t, b.addr, ctx.Err())
 	}
 	res, err := c.res, c.err
 	c.release()
-	if o != coalesce.Finished {
-		return nil, coalesce.Refusal(o, fence, t, b.addr, ctx.Err())
-	}
 	if err != nil {
 		return nil, b.unavailable(fence, t, err)
 	}
@@ -115,7 +114,7 @@ func (b *Backend) runBatch(calls []*call) {
 		c := calls[0]
 		c.res, c.err = b.client.Do(ctx, c.plan.cmd...).Result()
 		if isNoScript(c.err) {
-			c.res, c.err = b.client.Do(ctx, c.plan.evalCmd()...).Result()
+			b.eval(ctx, c)
 		}
 		c.Finish()
 		return
@@ -139,9 +138,20 @@ func (b *Backend) runBatch(calls []*call) {
 		c.Finish()
 	}
 	for _, c := range lost {
-		c.res, c.err = b.client.Do(ctx, c.plan.evalCmd()...).Result()
+		b.eval(ctx, c)
 		c.Finish()
 	}
+}
+
+// eval runs c's script with EVAL, which loads it: for a server that lost
+// it (NOSCRIPT), as go-redis's Script.Run does.
+func (b *Backend) eval(ctx context.Context, c *call) {
+	cmd := slices.Clone(c.plan.cmd)
+	cmd[0], cmd[1] = "eval", fenceScript
+	if c.plan.lease {
+		cmd[1] = leaseSource
+	}
+	c.res, c.err = b.client.Do(ctx, cmd...).Result()
 }
 
 func isNoScript(err error) bool {

@@ -1,6 +1,7 @@
 package pgwire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,14 +14,16 @@ import (
 var errClosed = errors.New("pgwire: session closed")
 
 const (
-	whyProcExtended = "CALL and DO in the extended protocol may COMMIT and run the rest without the fence check; send them as a simple query"
-	whyExecuteEnd   = "EXECUTE of a prepared statement that ends the transaction or is CALL or DO"
-	whyFunctionCall = "the fast-path function call interface is not fenced"
-	whySetTokenTx   = "SET fencegate.token only outside a transaction block, as a query of its own"
-	whySetTokenExt  = "SET fencegate.token in the extended protocol only alone between Syncs, outside a transaction block, with the unnamed portal"
-	whyShowExt      = "SHOW fencegate.token or fencegate.fence in the extended protocol only alone between Syncs, with the unnamed portal"
-	whyChanges      = "more than 262144 Parse, Bind and Close messages without a Sync"
-	whyLocalName    = "SET fencegate.token and SHOW fencegate.* take no name of a prepared statement the database holds; close it first"
+	whyProcExtended   = "CALL and DO in the extended protocol may COMMIT and run the rest without the fence check; send them as a simple query"
+	whyExecuteEnd     = "EXECUTE of a prepared statement that ends the transaction or is CALL or DO"
+	whyFunctionCall   = "the fast-path function call interface is not fenced"
+	whySetTokenTx     = "SET fencegate.token only outside a transaction block, as a query of its own"
+	whySetTokenExt    = "SET fencegate.token in the extended protocol only alone between Syncs, outside a transaction block, with the unnamed portal"
+	whyShowExt        = "SHOW fencegate.token or fencegate.fence in the extended protocol only alone between Syncs, with the unnamed portal"
+	whyChanges        = "more than 262144 Parse, Bind and Close messages without a Sync"
+	whyLocalName      = "SET fencegate.token and SHOW fencegate.* take no name of a prepared statement the database holds; close it first"
+	whyProcInBatch    = "CALL and DO in a simple Query sent before the Sync of extended-protocol messages may COMMIT and run the rest without the fence check; send them after the Sync"
+	whyBackslashBatch = "a simple Query with a backslash sent before the Sync of extended-protocol messages: fencegate cannot know how the database reads it (standard_conforming_strings and client_encoding may have changed since the last ReadyForQuery); send it after the Sync, or pass values as parameters"
 )
 
 // maxChanges bounds the statements and portals one segment (the messages
@@ -72,7 +75,7 @@ func (c *session) clientLoop() error {
 				}
 			}
 		case 'F':
-			err = c.refuseQuery(c.refusalOf(whyFunctionCall), raw)
+			err = c.functionCall()
 		default:
 			return fmt.Errorf("pgwire: unexpected message %q from the client", t)
 		}
@@ -97,6 +100,7 @@ func (c *session) startSegment() error {
 		c.qcond.Wait()
 	}
 	status, dead := c.status, c.dead
+	c.segLexical = c.lexical.why()
 	// What the server confirmed of the last segment now holds; the slice
 	// is reused.
 	for i := range c.changes {
@@ -244,6 +248,9 @@ func (c *session) query(body, raw []byte) error {
 	if why == "" {
 		why = c.executesEnd(vd)
 	}
+	if why == "" {
+		why = c.lexicalRefusal(sql, atStart, vd)
+	}
 	if why != "" {
 		r := c.refusalOf(why)
 		if idle {
@@ -341,6 +348,58 @@ func (c *session) query(body, raw []byte) error {
 // order, as statements that run inside a transaction.
 const discardAllSQL = "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; DEALLOCATE ALL; UNLISTEN *; " +
 	"SELECT pg_catalog.pg_advisory_unlock_all(); DISCARD PLANS; DISCARD TEMP; DISCARD SEQUENCES"
+
+// lexicalRefusal says why a Query the check would not go in front of, or
+// whose text the server may read otherwise than fencegate, cannot be
+// sent, or "".
+//
+// fencegate reads SQL as PostgreSQL does with standard_conforming_strings
+// on and an ASCII-safe client_encoding. The two readings of a text differ
+// only at a backslash byte: with standard_conforming_strings off it
+// escapes a quote in any string, and in the client-only encodings (SJIS,
+// BIG5, GBK, ...) it can be the second byte of a character, so the quote
+// after it ends an E” string. A COMMIT fencegate reads inside a string
+// would run on the server, and what follows it outside the fenced
+// transaction. Such a text is refused while the session's settings (as
+// the server last reported them, which fencegate has seen at the start of
+// a segment) allow the other reading; a text without a backslash reads
+// the same either way.
+//
+// A Query sent before the Sync of extended-protocol messages runs in
+// their implicit transaction, which is not a block: a lone DO or CALL in
+// it may COMMIT, and settings may have changed since the last report.
+func (c *session) lexicalRefusal(sql []byte, atStart bool, vd *verdict) string {
+	if atStart {
+		if c.segLexical != "" && bytes.IndexByte(sql, '\\') >= 0 {
+			return c.segLexical
+		}
+		return ""
+	}
+	if vd.hasProc && !c.needCheck {
+		return whyProcInBatch
+	}
+	if bytes.IndexByte(sql, '\\') >= 0 {
+		return whyBackslashBatch
+	}
+	return ""
+}
+
+// functionCall refuses a FunctionCall, in its place a Query the server
+// fails. The server answers either with ReadyForQuery, ending the
+// implicit transaction of the messages before it, so like a Query it ends
+// the segment: what follows starts a new one, fenced anew.
+func (c *session) functionCall() error {
+	if c.segStart {
+		if err := c.startSegment(); err != nil {
+			return err
+		}
+	}
+	c.segStart = true
+	if c.swallow {
+		return nil // the server would skip it too
+	}
+	return c.refuseQuery(c.refusalOf(whyFunctionCall), nil)
+}
 
 // refuseQuery replaces a refused Query (or FunctionCall) with one the
 // server fails, so the transaction fails as the client expects, and the

@@ -100,6 +100,10 @@ type session struct {
 	status  byte // of the last ReadyForQuery
 	discard bool // the server skips to the next Sync after an error
 	dead    bool
+	// lexical is why the server may read a backslash in SQL text
+	// otherwise than fencegate does (its last ParameterStatus of
+	// standard_conforming_strings or client_encoding), or "".
+	lexical lexicalSettings
 	changes []change
 	peak    int                // the queue's longest, folded into Server.peakQueued at the end
 	notRun  []*proxy.Admission // checks the server skipped, for Done
@@ -112,8 +116,9 @@ type session struct {
 	checkSQL    string             // the fence check the session prepares
 	needPrepare bool
 	segStart    bool
-	segStatus   byte // the transaction status the segment started in
-	needCheck   bool // the next message starts a transaction not yet fenced
+	segStatus   byte   // the transaction status the segment started in
+	segLexical  string // lexical.why() as the segment started
+	needCheck   bool   // the next message starts a transaction not yet fenced
 	// pendingCheck: a block is open that only BEGIN or SET TRANSACTION
 	// ran in, without the check, which its first statement gets;
 	// deferrals counts those statements, at most maxDeferrals.
@@ -468,6 +473,11 @@ func (c *session) serverLoop() error {
 		case 'A', 'S', 'N': // notification, parameter status, notice: not replies
 			if t == 'A' {
 				c.ownNotification(body)
+			}
+			if t == 'S' {
+				c.qmu.Lock()
+				c.lexical.report(body)
+				c.qmu.Unlock()
 			}
 			if err := c.toClient(raw); err != nil {
 				return err

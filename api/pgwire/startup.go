@@ -471,6 +471,7 @@ func (c *session) afterLogin() error {
 			if string(name) == "is_superuser" && string(val) == "on" {
 				superuser = true
 			}
+			c.lexical.report(body)
 			c.cw.Write(raw)
 		case 'K':
 			if len(body) < 8 {

@@ -298,7 +298,7 @@ func newAllowlist(extra []string) (allowlist, error) {
 		}
 	}
 	for _, name := range extra {
-		up := strings.ToUpper(name)
+		up := upperASCII(name)
 		if why := refusedFamilies[up]; why != "" {
 			return nil, fmt.Errorf("redis: Allow names %s, which fencegate never allows: %s", up, why)
 		}
@@ -336,19 +336,40 @@ func tableNames(optional bool) []string {
 	return names
 }
 
-// lookup finds a command by name, in any case, without allocating for names
-// already in upper case.
+// lookup finds a command by name, in any ASCII case as Redis matches
+// names, without allocating for names already in upper case.
 func (a allowlist) lookup(name string) (commandSpec, bool) {
 	if s, ok := a[name]; ok {
 		return s, true
 	}
 	for i := 0; i < len(name); i++ {
 		if 'a' <= name[i] && name[i] <= 'z' {
-			s, ok := a[strings.ToUpper(name)]
+			s, ok := a[upperASCII(name)]
 			return s, ok
 		}
 	}
 	return commandSpec{}, false
+}
+
+// upperASCII upper-cases the letters a to z only. Redis matches command
+// names case-insensitively in ASCII alone, where strings.ToUpper would
+// also map letters such as U+017F (ſ) to S: "ſet" is no command to Redis,
+// and must not be SET to fencegate.
+func upperASCII(s string) string {
+	i := 0
+	for i < len(s) && (s[i] < 'a' || s[i] > 'z') {
+		i++
+	}
+	if i == len(s) {
+		return s
+	}
+	b := []byte(s)
+	for ; i < len(b); i++ {
+		if 'a' <= b[i] && b[i] <= 'z' {
+			b[i] -= 'a' - 'A'
+		}
+	}
+	return string(b)
 }
 
 // plan is a checked request: the script's KEYS and ARGV. Its slices are
@@ -454,11 +475,12 @@ func (b *Backend) check(p *plan, fence string, t tokens.Token, cmds [][]string) 
 		}
 		s, ok := b.allow.lookup(c[0])
 		if !ok {
-			why := refusedFamilies[strings.ToUpper(c[0])]
+			up := upperASCII(c[0])
+			why := refusedFamilies[up]
 			if why == "" {
 				why = "not in the allowlist"
 			}
-			return refuseCommand(tokens.ReasonCommandNotAllowed, fence, t, i, "%s: %s", strings.ToUpper(c[0]), why)
+			return refuseCommand(tokens.ReasonCommandNotAllowed, fence, t, i, "%s: %s", up, why)
 		}
 		n := len(c)
 		if (s.arity > 0 && n != s.arity) || (s.arity < 0 && n < -s.arity) {

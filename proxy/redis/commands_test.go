@@ -59,3 +59,41 @@ func TestDefaultAllowlist(t *testing.T) {
 		}
 	}
 }
+
+// TestLookupIsASCIIOnly: command names match in any ASCII case, as Redis
+// matches them, and only so: strings.ToUpper maps U+017F (ſ) to S, and
+// Redis answers "unknown command" to "ſet".
+func TestLookupIsASCIIOnly(t *testing.T) {
+	t.Parallel()
+	a, err := newAllowlist([]string{"sinter"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name string
+		want bool
+	}{
+		{"SET", true},
+		{"set", true},
+		{"sEt", true},
+		{"SInter", true},
+		{"ſet", false},
+		{"ſET", false},
+		{"ſinter", false},
+		{"ſpop", false},
+		{"hſet", false},
+	}
+	for _, tt := range tests {
+		if _, got := a.lookup(tt.name); got != tt.want {
+			t.Errorf("lookup(%q): got %v, want %v", tt.name, got, tt.want)
+		}
+	}
+	if _, err := newAllowlist([]string{"ſinter"}); err == nil {
+		t.Errorf(`newAllowlist("ſinter"): got nil, want an unknown command`)
+	}
+	for in, want := range map[string]string{"": "", "SET": "SET", "set": "SET", "ſet": "ſET", "zRangeByScore": "ZRANGEBYSCORE"} {
+		if got := upperASCII(in); got != want {
+			t.Errorf("upperASCII(%q): got %q, want %q", in, got, want)
+		}
+	}
+}

@@ -17,9 +17,9 @@ import (
 // minimalACL is the rule set docs/SECURITY.md gives fencegate's own Redis
 // user (after "ACL SETUSER fencegate on >secret"): the commands the
 // backend sends (PING, EVALSHA, EVAL, GET, SCAN), those its script runs
-// around the caller's (DUMP, PTTL, RESTORE, DEL, STRLEN, GET, HGET, SET),
-// and the default allowlist. Keep the two in step.
-const minimalACL = "resetkeys ~* resetchannels -@all +ping +evalsha +eval +scan +dump +restore " +
+// around the caller's (DUMP, PEXPIRETIME, RESTORE, DEL, STRLEN, GET, HGET,
+// SET), and the default allowlist. Keep the two in step.
+const minimalACL = "resetkeys ~* resetchannels -@all +ping +evalsha +eval +scan +dump +pexpiretime +restore " +
 	"+append +decr +decrby +del +exists +expire +expireat +get +getdel +getex +getrange +getset " +
 	"+hdel +hexists +hget +hgetall +hincrby +hincrbyfloat +hkeys +hlen +hmget +hmset +hset +hsetnx +hvals " +
 	"+incr +incrby +incrbyfloat +lindex +linsert +llen +lmove +lpop +lpush +lpushx +lrange +lrem +lset +ltrim " +
@@ -30,7 +30,7 @@ const minimalACL = "resetkeys ~* resetchannels -@all +ping +evalsha +eval +scan 
 
 // backendCommands are what the backend sends or its script runs besides
 // the caller's commands.
-var backendCommands = []string{"ping", "evalsha", "eval", "scan", "get", "dump", "pttl", "restore", "del", "strlen", "hget", "set"}
+var backendCommands = []string{"ping", "evalsha", "eval", "scan", "get", "dump", "pexpiretime", "restore", "del", "strlen", "hget", "set"}
 
 // TestDepsACLCoversAllowlist keeps minimalACL in step with the code: it
 // grants exactly the default allowlist and the backend's own commands.
@@ -64,17 +64,20 @@ func TestDepsACLCoversAllowlist(t *testing.T) {
 }
 
 // TestDepsACLUser runs the backend as a Redis user with exactly
-// minimalACL: fenced writes, a rollback (DUMP, PTTL, RESTORE), APPEND's
-// weighing (STRLEN), an INCR read back past 2^53 (GET), a stale refusal,
-// HighWater and Fences all work; every allowlisted command passes the ACL
-// and administrative ones do not; a wrong password fails Open with one
-// line.
+// minimalACL: fenced writes, a rollback (DUMP, PEXPIRETIME, RESTORE),
+// APPEND's weighing (STRLEN), an INCR read back past 2^53 (GET), a stale
+// refusal, HighWater and Fences all work; every allowlisted command passes
+// the ACL and administrative ones do not; a wrong password fails Open with
+// one line, and so does a user without the rollback's commands (the
+// minimal ACL before the rollback read PEXPIRETIME, too).
 func TestDepsACLUser(t *testing.T) {
 	t.Parallel()
 	srv, err := throwaway.Start(t.Context(), throwaway.Options{
 		Users: []string{
 			"fencegate on >s3cret " + minimalACL,
-			"norestore on >s3cret " + minimalACL + " -restore -pttl",
+			"norestore on >s3cret " + minimalACL + " -restore -pexpiretime",
+			// The minimal ACL of releases whose rollback read PTTL.
+			"oldacl on >s3cret " + minimalACL + " -pexpiretime",
 			"noeval on >s3cret " + minimalACL + " -eval",
 		},
 	})
@@ -173,7 +176,8 @@ func TestDepsACLUser(t *testing.T) {
 	for _, tc := range []struct{ name, user, pass, want string }{
 		{"wrong password", "fencegate", "wrong", "WRONGPASS"},
 		{"unknown user", "nobody", "s3cret", "WRONGPASS"},
-		{"no RESTORE", "norestore", "s3cret", `user "norestore" on ` + srv.Addr() + " may not run PTTL, RESTORE"},
+		{"no RESTORE", "norestore", "s3cret", `user "norestore" on ` + srv.Addr() + " may not run PEXPIRETIME, RESTORE, which"},
+		{"no PEXPIRETIME", "oldacl", "s3cret", `user "oldacl" on ` + srv.Addr() + " may not run PEXPIRETIME, which"},
 		{"no EVAL", "noeval", "s3cret", "NOPERM"},
 	} {
 		bad := DefaultConfig()

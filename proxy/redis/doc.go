@@ -25,21 +25,29 @@
 //     the whole uint64 range is exact.
 //   - All or nothing. Redis does not undo a script's earlier writes when a
 //     later command fails, so the script snapshots every key the commands
-//     may write (DUMP and PTTL) before running them and, when one fails
-//     (WRONGTYPE, "value is not an integer", ...), restores them (RESTORE
-//     with the remaining TTL, or DEL for keys that did not exist) and
-//     leaves the token unchanged. The refusal is STATEMENT_FAILED with the
-//     command's index and Redis's error text.
+//     may write (DUMP and PEXPIRETIME) before running them and, when one
+//     fails (WRONGTYPE, "value is not an integer", ...), restores them
+//     (RESTORE ... ABSTTL with the expiry's absolute time, to the
+//     millisecond, or DEL for keys that did not exist) and leaves the
+//     token unchanged. The refusal is STATEMENT_FAILED with the command's
+//     index and Redis's error text. A key whose expiry passed while the
+//     script ran is restored as expired: gone. A write that would
+//     snapshot a key expiring 2^53 ms or more after the epoch (~285,000
+//     years; PEXPIREAT accepts up to 2^63, but Lua's doubles are exact
+//     only to 2^53) is refused before any command runs, STATEMENT_FAILED
+//     with metadata "limit" "exact expiry"; a write of one command that
+//     needs no snapshot (oneStepCommands, e.g. PERSIST) still runs.
 //   - Commands are checked before anything is sent, against an allowlist
 //     of data commands with known arity and key positions: strings, keys
 //     (DEL, EXPIRE, TTL, ...), hashes, lists, sets, sorted sets and
 //     streams; see commandTable. Everything else (scripting, admin commands,
 //     blocking commands, pub/sub, MULTI/EXEC/WATCH, unknown commands) is
-//     refused with COMMAND_NOT_ALLOWED. An empty command or a wrong number
-//     of arguments is INVALID_REQUEST. Config.Allow adds commands, but only
-//     those whose keys the package knows how to find (RENAME, COPY,
-//     SUNIONSTORE, ZPOPMIN, ...), because every key must be checked and
-//     snapshotted.
+//     refused with COMMAND_NOT_ALLOWED. Names match in any ASCII case, as
+//     Redis matches them, and only so: "ſet" (U+017F) is not SET. An
+//     empty command or a wrong number of arguments is INVALID_REQUEST.
+//     Config.Allow adds commands, but only those whose keys the package
+//     knows how to find (RENAME, COPY, SUNIONSTORE, ZPOPMIN, ...), because
+//     every key must be checked and snapshotted.
 //   - Keys are bound to their fence by name: every key a command names
 //     must carry the hash tag {F} exactly as Redis Cluster reads it (from
 //     the first '{' to the first '}' after it; "{}" is no tag), e.g.
@@ -118,9 +126,9 @@
 //     limits keep a caller to its fence's keys and the script's guarantees,
 //     but Redis's own privileges draw the real boundary. Open refuses a
 //     user who may not run the commands a write's rollback needs (DUMP,
-//     PTTL, RESTORE, DEL, ...): Redis would abort the script there and
-//     keep the half-done write. Config.TLS, Username and Password secure
-//     the connections.
+//     PEXPIRETIME, RESTORE, DEL, ...): Redis would abort the script there
+//     and keep the half-done write. Config.TLS, Username and Password
+//     secure the connections.
 //   - Fences lists fences with SCAN: its cost grows with the whole
 //     database and a fence created during the walk may be missing.
 //

@@ -35,7 +35,9 @@ import (
 // STALE_TOKEN with HighWater when t is below the fence's high-water mark;
 // STATEMENT_FAILED with metadata "command" and "error" (Redis's error
 // text) when a command failed, or "command" and "limit" when the script
-// found a limit exceeded, and the write was rolled back; BACKEND_UNAVAILABLE when the server could not be
+// found a limit exceeded, and the write was rolled back (or, for a written
+// key whose expiry is too far to snapshot exactly, never run: "limit"
+// "exact expiry"); BACKEND_UNAVAILABLE when the server could not be
 // reached or did not answer in time, with metadata "outcome": "unknown"
 // when the script may have run all the same. Cancelling ctx aborts the
 // wait; after the script was sent that is BACKEND_UNAVAILABLE with an
@@ -212,6 +214,10 @@ func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, er
 		limit, _ := reply[2].(string)
 		size, _ := reply[3].(int64)
 		switch limit {
+		case limitExpiry:
+			k, _ := reply[3].(string)
+			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "exact expiry",
+				"the expiry of key %q is 2^53 ms or more after the Unix epoch, beyond what the script can snapshot exactly for a rollback (nothing written)", k)
 		case limitValue:
 			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "MaxValueBytes",
 				"the value would grow to %d bytes, over the limit of %d (rolled back)", size, b.cfg.MaxValueBytes)

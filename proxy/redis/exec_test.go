@@ -178,6 +178,9 @@ func TestExecRefusesBeforeSending(t *testing.T) {
 		{"SELECT", fence, 1, [][]string{{"SELECT", "1"}, set}, tokens.ReasonCommandNotAllowed, "0"},
 		{"MOVE", fence, 1, [][]string{set, {"MOVE", key(fence, "a"), "1"}}, tokens.ReasonCommandNotAllowed, "1"},
 		{"unknown", fence, 1, [][]string{set, {"FROBNICATE", key(fence, "a")}}, tokens.ReasonCommandNotAllowed, "1"},
+		// U+017F, which strings.ToUpper makes S: Redis knows no such command.
+		{"long s set", fence, 1, [][]string{set, {"ſet", key(fence, "a"), "2"}}, tokens.ReasonCommandNotAllowed, "1"},
+		{"long s script", fence, 1, [][]string{set, {"ſcript", "FLUSH"}}, tokens.ReasonCommandNotAllowed, "1"},
 		{"optional not allowed", fence, 1, [][]string{set, {"RENAME", key(fence, "a"), key(fence, "b")}}, tokens.ReasonCommandNotAllowed, "1"},
 		{"GET too many args", fence, 1, [][]string{set, {"GET", key(fence, "a"), "x"}}, tokens.ReasonInvalidRequest, "1"},
 		{"SET too few args", fence, 1, [][]string{{"set", key(fence, "a")}}, tokens.ReasonInvalidRequest, "0"},

@@ -8,7 +8,7 @@ const (
 	replyOK      = 1 // {1, reply, ..., reply[, exact]}: applied
 	replyFailed  = 2 // {2, command index, error text}: rolled back
 	replyCorrupt = 3 // {3, stored value}: the token key holds no token
-	replyLimit   = 4 // {4, command index, limit, bytes}: rolled back
+	replyLimit   = 4 // {4, command index, limit, bytes or key}: rolled back, or nothing run
 
 	// The lease check's (leaseScript), before anything is written.
 	replyLeaseStale   = 5 // {5, counter}: a later lease holder's token exists
@@ -22,6 +22,7 @@ const (
 	limitValue   = "value"   // APPEND would grow a string over MaxValueBytes
 	limitReply   = "reply"   // the replies so far are over MaxReplyBytes
 	limitInteger = "integer" // an integer reply beyond ±2^53, not exact in Lua
+	limitExpiry  = "expiry"  // a written key expires 2^53 ms or more after the epoch
 )
 
 // fenceScript is the fenced write. KEYS[1] is the token key, then the
@@ -43,12 +44,21 @@ const (
 // 9.2 µs with a 9-digit token, 11.1 → 10.3 µs with a 4-digit one.
 //
 // Redis does not undo a script's earlier writes when a later command
-// fails, so every written key is snapshotted (DUMP, PTTL) before the first
-// command runs and restored (RESTORE ... REPLACE, or DEL if it did not
-// exist) when one fails or a limit is hit. The token key is only set after
-// every command succeeded, and only when the token is not already the
-// mark (a leader's every write after its first leaves it as it is);
-// commands cannot name it (check refuses the fencegate: prefix). A script runs atomically, so no client sees the
+// fails, so every written key is snapshotted (DUMP, PEXPIRETIME) before
+// the first command runs and restored (RESTORE ... REPLACE ABSTTL, or DEL
+// if it did not exist) when one fails or a limit is hit. The expiry is
+// kept as the absolute time: a remaining PTTL can read 0 for a key still
+// alive (Redis 7.0 times PTTL by the clock, a script sees keys as of its
+// start), and RESTORE with ttl 0 would make it permanent; an expiry
+// already past when restored deletes the key, as it would have expired.
+// An expiry 2^53 ms or more after the epoch reaches Lua inexact (a double)
+// and would make RESTORE fail half-way, so such a key refuses the write
+// before any command runs ({4, 0, 'expiry', key}).
+//
+// The token key is only set after every command succeeded, and only when
+// the token is not already the mark (a leader's every write after its
+// first leaves it as it is); commands cannot name it (check refuses the
+// fencegate: prefix). A script runs atomically, so no client sees the
 // intermediate state.
 //
 // Limits: APPEND is weighed (STRLEN) before it runs; each reply is weighed
@@ -85,16 +95,20 @@ end
 local nw = tonumber(ARGV[2])
 local maxValue = tonumber(ARGV[3])
 local maxReply = tonumber(ARGV[4])
-local dumps, ttls = {}, {}
+local exactLimit = 9007199254740992 -- 2^53
+local dumps, expiries = {}, {}
 for i = 2, nw + 1 do
   local d = redis.call('DUMP', KEYS[i])
   dumps[i] = d
   if d then
-    ttls[i] = redis.call('PTTL', KEYS[i])
+    local at = redis.call('PEXPIRETIME', KEYS[i])
+    if at >= exactLimit then
+      return {4, 0, 'expiry', KEYS[i]}
+    end
+    expiries[i] = at
   end
 end
 
-local exactLimit = 9007199254740992 -- 2^53
 local out, exact, fail = {1}, nil, nil
 local pos, n, total = 5, 0, 0
 while pos <= #ARGV do
@@ -159,9 +173,9 @@ end
 if fail then
   for i = 2, nw + 1 do
     if dumps[i] then
-      local ttl = ttls[i]
-      if ttl < 0 then ttl = 0 end
-      redis.call('RESTORE', KEYS[i], ttl, dumps[i], 'REPLACE')
+      local at = expiries[i]
+      if at < 0 then at = 0 end
+      redis.call('RESTORE', KEYS[i], at, dumps[i], 'REPLACE', 'ABSTTL')
     else
       redis.call('DEL', KEYS[i])
     end

@@ -9,6 +9,7 @@ package pgwire_test
 // a client-only one (session.lexicalRefusal).
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"strings"
@@ -34,7 +35,13 @@ type rawConn struct {
 
 func (e *env) raw(t *testing.T, fence string, token uint64) *rawConn {
 	t.Helper()
-	c := e.connect(t, fence, token)
+	return e.rawWith(t, fence, token, "")
+}
+
+// rawWith is raw with more connection parameters (&name=value...).
+func (e *env) rawWith(t *testing.T, fence string, token uint64, extra string) *rawConn {
+	t.Helper()
+	c := e.connectWith(t, fence, token, extra)
 	hc, err := c.PgConn().Hijack()
 	if err != nil {
 		t.Fatal(err)
@@ -314,13 +321,33 @@ func TestSmuggleClientOnlyEncoding(t *testing.T) {
 	e := newEnv(t, pgwire.Config{})
 	e.table(t, "rt_sjis")
 	tok, _ := e.lead(t, "rt-sjis")
-	z := e.raw(t, "rt-sjis", tok)
-	if errs, _ := z.query("SET client_encoding = 'SJIS'"); len(errs) > 0 {
-		t.Fatalf("SET: %q", errs)
+	// The server reports an encoding by its canonical name, whatever the
+	// client called it (WIN932 is SJIS; options= sets it at the start).
+	for _, set := range []string{"SET client_encoding = 'SJIS'", "SET NAMES 'win932'", "SET client_encoding = 'big5'", "client_encoding=sjis at the start"} {
+		t.Run(set, func(t *testing.T) {
+			var z *rawConn
+			if strings.HasSuffix(set, "at the start") {
+				z = e.rawWith(t, "rt-sjis", tok, "&client_encoding=sjis")
+			} else {
+				z = e.raw(t, "rt-sjis", tok)
+				if errs, _ := z.query(set); len(errs) > 0 {
+					t.Fatalf("%s: %q", set, errs)
+				}
+			}
+			errs, st := z.query("SELECT E'\xc3\x95\\'; COMMIT; INSERT INTO rt_sjis (v) SELECT $s$smuggled:$s$ || " + fencedMarkQ + "; --'")
+			t.Logf("smuggled COMMIT: errors %q, status %q; rows %q", errs, st, e.values(t, "rt_sjis"))
+			e.noRows(t, "rt_sjis")
+			if len(errs) != 1 || !strings.HasPrefix(errs[0], "FG006") || !strings.Contains(errs[0], "client_encoding") {
+				t.Errorf("got errors %q, want FG006 naming client_encoding", errs)
+			}
+			if errs, _ := z.query("SET client_encoding = 'UTF8'"); len(errs) > 0 {
+				t.Fatalf("SET UTF8: %q", errs)
+			}
+			if errs, _ := z.query(`INSERT INTO rt_sjis (v) SELECT E'utf8\\:' || ` + fencedMark); len(errs) > 0 {
+				t.Errorf("a backslash with client_encoding UTF8: %q", errs)
+			}
+		})
 	}
-	errs, st := z.query("SELECT E'\xc3\x95\\'; COMMIT; INSERT INTO rt_sjis (v) SELECT $s$smuggled:$s$ || " + fencedMarkQ + "; --'")
-	t.Logf("smuggled COMMIT: errors %q, status %q; rows %q", errs, st, e.values(t, "rt_sjis"))
-	e.noRows(t, "rt_sjis")
 }
 
 // TestSmuggleVacuumInPipeline: VACUUM commits the transaction it starts
@@ -517,4 +544,15 @@ func TestSmuggleCancelTrap(t *testing.T) {
 	_, err := l.Exec(ctx, "INSERT INTO rt_trap (v) VALUES ($1)", "leader")
 	t.Logf("the next leader's write took %v (err %v); rows %q", time.Since(start).Round(time.Millisecond), err, e.values(t, "rt_trap"))
 	e.noRows(t, "rt_trap", "zombie")
+}
+
+// connectWith is connect with more connection parameters (&name=value...).
+func (e *env) connectWith(t *testing.T, fence string, token uint64, extra string) *pgx.Conn {
+	t.Helper()
+	c, err := pgx.Connect(t.Context(), e.dsn("worker", fence, token)+extra)
+	if err != nil {
+		t.Fatalf("connect through fencegate: %v", err)
+	}
+	t.Cleanup(func() { c.Close(context.WithoutCancel(t.Context())) })
+	return c
 }

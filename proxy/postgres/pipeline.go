@@ -142,8 +142,17 @@ func (st *connState) lookup(sql string) *pgconn.StatementDescription {
 	return e.Value.(*pgconn.StatementDescription)
 }
 
+// add caches sd. It evicts nothing: the batch that prepared sd may need
+// more statements than the cache holds, and uses them all (trim).
 func (st *connState) add(sd *pgconn.StatementDescription) {
 	st.stmts[sd.SQL] = st.lru.PushFront(sd)
+}
+
+// trim evicts the least recently used statements beyond stmtCacheSize,
+// once a batch is encoded: none it uses may be gone before it is sent
+// (a batch of writes of 64 statements each can use more than 512), and
+// their deallocation goes after the batch's writes, in the same pipeline.
+func (st *connState) trim() {
 	for st.lru.Len() > stmtCacheSize {
 		old := st.lru.Remove(st.lru.Back()).(*pgconn.StatementDescription)
 		delete(st.stmts, old.SQL)
@@ -185,6 +194,7 @@ func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
 		sent = append(sent, c)
 	}
 	// After this batch's writes, which may still use them.
+	st.trim()
 	evicted := st.evicted
 	st.evicted = nil
 	if len(evicted) > 0 {

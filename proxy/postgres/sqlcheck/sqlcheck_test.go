@@ -71,6 +71,13 @@ var attacks = []struct {
 	{`SELECT pg_advisory_unlock_all()`, "call to pg_advisory_unlock_all", 7},
 	{`SELECT t.pg_advisory_lock FROM t`, "call to pg_advisory_lock (attribute notation)", 7},
 	{`SELECT (t).set_config FROM t`, "call to set_config (attribute notation)", 7},
+	// Prefix and suffix rules too: PostgreSQL reads (v).f as f(v) for a
+	// value of any type (found by a review, 2026-11-28).
+	{`SELECT ('INSERT INTO t VALUES (1)'::text).dblink_exec`, "call to dblink_exec (attribute notation)", 7},
+	{`SELECT (4242::oid).lo_create`, "call to lo_create (attribute notation)", 7},
+	{`SELECT x.dblink_connect FROM (SELECT 'dbname=x'::text AS x) s`, "call to dblink_connect (attribute notation)", 7},
+	{`SELECT ('s'::name).pg_create_physical_replication_slot`, "call to pg_create_physical_replication_slot (attribute notation)", 7},
+	{`SELECT t.lo_bound FROM t`, "call to lo_bound (attribute notation)", 7},
 	{`SELECT setseed(0.5)`, "call to setseed", 7},
 	{`UPDATE pg_settings SET setting = 'evil' WHERE name = 'search_path'`, "write to pg_settings", 7},
 	{`UPDATE pg_catalog.pg_settings SET setting = 'on' WHERE name = 'default_transaction_read_only'`, "write to pg_catalog.pg_settings", 7},
@@ -272,7 +279,7 @@ func TestAccepted(t *testing.T) {
 		{`SELECT fencegate.token FROM fences AS fencegate`, Statement{Kind: "SELECT", ReturnsRows: true, Text: `SELECT fencegate.token FROM fences AS fencegate`}},
 		{`INSERT INTO log (msg) VALUES ('fencegate.fences; COMMIT')`, Statement{Kind: "INSERT", Text: `INSERT INTO log (msg) VALUES ('fencegate.fences; COMMIT')`}},
 		{`SELECT setting FROM pg_settings WHERE name = $1`, Statement{Kind: "SELECT", ReturnsRows: true, Text: `SELECT setting FROM pg_settings WHERE name = $1`}},
-		{`SELECT t.lo_bound, t.set_configs FROM t`, Statement{Kind: "SELECT", ReturnsRows: true, Text: `SELECT t.lo_bound, t.set_configs FROM t`}},
+		{`SELECT t.lobound, t.set_configs, lo_bound FROM t`, Statement{Kind: "SELECT", ReturnsRows: true, Text: `SELECT t.lobound, t.set_configs, lo_bound FROM t`}},
 		// Comments, white space and semicolons around the statement.
 		{"  SELECT 1; -- c", Statement{Kind: "SELECT", ReturnsRows: true, Text: "SELECT 1"}},
 		{"-- a\rSELECT 1 -- b\r", Statement{Kind: "SELECT", ReturnsRows: true, Text: "SELECT 1"}},
@@ -336,6 +343,12 @@ func TestAllowWidens(t *testing.T) {
 		{"CREATE TABLE t (a text DEFAULT set_config('a', 'b', false))", "call to set_config"},
 		{"CREATE TABLE t (LIKE fencegate.fences)", "fencegate.fences"},
 		{"CREATE TABLE t AS SELECT pg_sleep(10)", "call to pg_sleep"},
+		// An update of such a view runs pg_settings's rule, set_config:
+		// a session setting the pooled connection would keep (found by a
+		// review, 2026-11-28).
+		{"CREATE VIEW s AS SELECT * FROM pg_settings", "view over pg_settings"},
+		{"CREATE OR REPLACE VIEW s AS SELECT name, setting FROM pg_catalog.pg_settings WHERE name = 'search_path'", "view over pg_catalog.pg_settings"},
+		{"CREATE VIEW s AS WITH x AS (SELECT * FROM pg_settings) SELECT * FROM x", "view over pg_settings"},
 		{"CREATE VIEW v AS SELECT * FROM fencegate.fences", "fencegate.fences"},
 		{"CREATE INDEX ON fencegate.fences (token)", "fencegate.fences"},
 		{"ALTER TABLE fencegate.fences ADD COLUMN c int", "fencegate.fences"},

@@ -137,6 +137,12 @@ func (w *walker) visit(m protoreflect.Message, pos int) {
 		if x.Relpersistence == "t" {
 			w.refuse("temporary relation "+x.Relname, pos, whyTemp)
 		}
+		if _, view := w.root.(*pg_query.ViewStmt); view && x.Relname == "pg_settings" && (x.Schemaname == "" || x.Schemaname == "pg_catalog") {
+			// An update of the view goes through pg_settings's rule, which
+			// calls set_config: a setting of the session, kept by the
+			// pooled connection for the next caller.
+			w.refuse("view over "+dotted(x.Catalogname, x.Schemaname, x.Relname), pos, whyCatalog)
+		}
 	case *pg_query.FuncCall:
 		w.funcCall(x, pos)
 	case *pg_query.ColumnRef:
@@ -258,11 +264,14 @@ func (w *walker) columnRef(x *pg_query.ColumnRef, pos int) {
 	}
 }
 
-// attributeCall refuses t.f where f is a refused function by its exact
-// name: PostgreSQL may read it as f(t). Prefix and suffix rules are left
-// out here, so that columns such as lo_bound stay usable.
+// attributeCall refuses t.f and (v).f where f is a refused function, by
+// the same rules as a call: PostgreSQL reads either as f(t) when t has no
+// field f, for a value of any type (('…'::text).dblink_exec runs
+// dblink_exec), and which t is cannot be told without the catalog. So a
+// qualified column named like a refused function (t.lo_bound, for lo_*)
+// is refused too: name it unqualified.
 func (w *walker) attributeCall(name string, pos int) {
-	if why, ok := refusedExact[name]; ok {
+	if why := refusedFunc(name); why != "" {
 		w.refuse("call to "+name+" (attribute notation)", pos, why)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	goredis "github.com/redis/go-redis/v9"
@@ -74,9 +75,14 @@ type Source struct {
 	maxFences  int
 	log        *slog.Logger
 
+	// reads numbers the reads of Redis as they start; seen is, for each
+	// fence polled, the number of the read memory holds (guarded by mu).
+	reads atomic.Uint64
+
 	mu    sync.RWMutex
 	terms map[string]election.Term // fences polled, guarded by mu
 	keys  map[string]Keys          // of the fences polled, guarded by mu
+	seen  map[string]uint64        // of the fences polled, guarded by mu
 }
 
 // New returns a Source reading leases through client, which it does not
@@ -118,7 +124,7 @@ func New(client goredis.UniversalClient, cfg Config) (*Source, error) {
 	return &Source{
 		client: client, keyPat: cfg.KeyPattern, counterPat: cfg.CounterPattern,
 		interval: cfg.PollInterval, maxFences: cfg.MaxFences, log: cfg.Logger,
-		terms: map[string]election.Term{}, keys: map[string]Keys{},
+		terms: map[string]election.Term{}, keys: map[string]Keys{}, seen: map[string]uint64{},
 	}, nil
 }
 
@@ -161,30 +167,44 @@ const readScript = `return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2
 
 // Verify reads fence name's lease and counter now, in one script run.
 // held reports whether token was ever handed out: at most the counter.
-// An error means Redis did not answer, or the counter holds no token.
+// The term is the one read, whatever memory holds: after the lease Redis
+// lost its keys (FLUSHALL, a restart without persistence) the counter
+// starts again below tokens handed out before, and the lease they held is
+// gone. An error means Redis did not answer, or the counter holds no
+// token.
 func (s *Source) Verify(ctx context.Context, name string, token int64) (election.Term, bool, error) {
 	k := s.Keys(name)
+	seq := s.reads.Add(1)
 	res, err := s.client.Eval(ctx, readScript, []string{k.Lease, k.Counter}).Result()
 	if err != nil {
 		return election.Term{Election: name}, false, fmt.Errorf("redislease: read the lease of %q: %w", name, err)
 	}
-	t, err := s.fold(name, k, res)
+	t, err := s.fold(name, k, res, seq)
 	if err != nil {
 		return election.Term{Election: name}, false, err
 	}
 	return t, t.Last > 0 && token <= t.Last, nil
 }
 
-// fold turns readScript's reply into the fence's term, and records it
-// when a counter exists.
-func (s *Source) fold(name string, k Keys, res any) (election.Term, error) {
+// fold turns readScript's reply, to the read numbered seq, into the
+// fence's term, records it when a counter exists (or the fence is polled
+// already), and returns it.
+func (s *Source) fold(name string, k Keys, res any, seq uint64) (election.Term, error) {
 	pair, ok := res.([]any)
 	if !ok || len(pair) != 2 {
 		return election.Term{}, fmt.Errorf("redislease: unexpected reply %.100v reading %s and %s", res, k.Lease, k.Counter)
 	}
 	if pair[1] == nil {
-		// No term was ever handed out; nothing to poll.
-		return election.Term{Election: name}, nil
+		// No term was ever handed out, or the keys were lost: nothing
+		// to poll for a fence not polled yet, no leader for one that is.
+		t := election.Term{Election: name}
+		s.mu.RLock()
+		_, polled := s.terms[name]
+		s.mu.RUnlock()
+		if polled {
+			s.record(t, seq)
+		}
+		return t, nil
 	}
 	raw, _ := pair[1].(string)
 	n, err := strconv.ParseInt(raw, 10, 64)
@@ -195,23 +215,27 @@ func (s *Source) fold(name string, k Keys, res any) (election.Term, error) {
 	if holder, ok := pair[0].(string); ok {
 		t.Rev, t.Leader = n, holder
 	}
-	return s.record(t), nil
+	s.record(t, seq)
+	return t, nil
 }
 
-// record stores t as name's term unless memory already knows a later
-// counter (reads may finish out of order), and returns what memory holds.
-func (s *Source) record(t election.Term) election.Term {
+// record stores t, read by the read numbered seq, as name's term unless
+// memory holds what a read started later found (reads may finish out of
+// order). It orders reads by their start, not by the counter: a counter
+// lower than memory's is the lease Redis starting again, which a read
+// started later always sees.
+func (s *Source) record(t election.Term, seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.terms[t.Election]
 	if !ok {
 		if len(s.terms) >= s.maxFences {
-			return t
+			return
 		}
 		s.keys[t.Election] = Keys{Lease: fmt.Sprintf(s.keyPat, t.Election), Counter: fmt.Sprintf(s.counterPat, t.Election)}
 	}
-	if ok && old.Last > t.Last {
-		return old
+	if ok && s.seen[t.Election] > seq {
+		return
 	}
 	if old.Rev != t.Rev || old.Leader != t.Leader {
 		t.Changes = old.Changes + 1
@@ -221,7 +245,7 @@ func (s *Source) record(t election.Term) election.Term {
 		t.Changes = old.Changes
 	}
 	s.terms[t.Election] = t
-	return t
+	s.seen[t.Election] = seq
 }
 
 // Run polls the known fences every PollInterval until ctx ends, and
@@ -252,6 +276,7 @@ func (s *Source) Poll(ctx context.Context) error {
 	}
 	keys := make([]Keys, len(names))
 	cmds := make([]*goredis.Cmd, len(names))
+	seq := s.reads.Add(1)
 	pctx, cancel := context.WithTimeout(ctx, max(s.interval, time.Second))
 	defer cancel()
 	_, err := s.client.Pipelined(pctx, func(p goredis.Pipeliner) error {
@@ -266,7 +291,7 @@ func (s *Source) Poll(ctx context.Context) error {
 	}
 	var first error
 	for i, name := range names {
-		if _, err := s.fold(name, keys[i], cmds[i].Val()); err != nil && first == nil {
+		if _, err := s.fold(name, keys[i], cmds[i].Val(), seq); err != nil && first == nil {
 			first = err
 		}
 	}

@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/fencegate/fencegate/election"
 )
 
@@ -33,7 +35,8 @@ and SIGHUP sent to fencectl once leader are forwarded to that group.
 
 When the leadership ends (the key is deleted, etcd says the lease is gone,
 or no keep-alive has proven the lease alive for long enough that it might
-expire soon), CMD's process group gets SIGTERM, then SIGKILL after --grace,
+expire soon), CMD's process group, and every process below fencectl that
+left it, gets SIGTERM, then SIGKILL after --grace,
 and at the latest --kill-margin before the lease can have expired: that
 deadline is counted on fencectl's own clock from the send time of the last
 keep-alive etcd answered, plus the TTL, so a fencectl cut off from etcd kills
@@ -42,10 +45,12 @@ time than --grace, CMD gets less. A fencectl frozen itself (SIGSTOP, a paused
 VM) cannot kill anything while frozen: the fencing token, checked by
 fencegate, is what makes such a late writer harmless.
 
-When CMD exits, whatever it left in its process group is killed, the
-leadership is resigned (key deleted, lease revoked), and fencectl exits
-with CMD's status (128+n when a signal n ended it). If fencectl dies, the
-kernel sends CMD SIGKILL.
+When CMD exits, whatever it left is killed (in its process group or not:
+fencectl is a subreaper, so what a process below it leaves when it exits
+comes to fencectl), the leadership is resigned (key deleted, lease
+revoked), and fencectl exits with CMD's status (128+n when a signal n ended
+it). If fencectl dies, the kernel sends CMD SIGKILL; what CMD started
+outlives it, holding the token, until fencegate refuses the token.
 
 Exit status: CMD's (at least 1 when the leadership ended first); 1 when
 fencectl fails before CMD starts; 126 or 127
@@ -169,6 +174,10 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 		resign()
 		return fmt.Errorf("run: leadership of %q ended before %s could start: %w", rc.Election, rest[0], err)
 	}
+	// A subreaper: what CMD starts and then leaves (a daemon forking
+	// twice, setsid) becomes fencectl's child when its parent exits, not
+	// init's, so killTree finds it.
+	_ = unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
 	cmd := exec.Command(rest[0], rest[1:]...)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, stdout, stderr
 	cmd.Env = childEnv(os.Environ(), rc.Fence, rc.Election, lead.Token(), g.Endpoint)
@@ -209,23 +218,30 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 			lostMsg = fmt.Sprintf("run: leadership of %q (token %d) ended: %v", rc.Election, lead.Token(), lead.Err())
 			if !at.After(now) {
 				fmt.Fprintf(stderr, "fencectl: %s; SIGKILL to %s\n", lostMsg, rest[0])
-				_ = syscall.Kill(-pgid, syscall.SIGKILL)
+				killTree(pgid, syscall.SIGKILL)
 				continue
 			}
 			fmt.Fprintf(stderr, "fencectl: %s; SIGTERM to %s, SIGKILL in %v\n", lostMsg, rest[0], at.Sub(now).Round(time.Millisecond))
-			_ = syscall.Kill(-pgid, syscall.SIGTERM)
+			killTree(pgid, syscall.SIGTERM)
 			killT = time.NewTimer(at.Sub(now))
 			killC = killT.C
 		case <-killC:
 			killC = nil
-			_ = syscall.Kill(-pgid, syscall.SIGKILL)
+			killTree(pgid, syscall.SIGKILL)
 		}
 	}
 	if killT != nil {
 		killT.Stop()
 	}
-	// What CMD left behind in its group holds the token too.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	// What CMD left behind, in its group or not, holds the token too.
+	killTree(pgid, syscall.SIGKILL)
+	for range 50 { // a killed process's children come to fencectl next
+		if len(descendants(os.Getpid())) == 0 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+		killTree(pgid, syscall.SIGKILL)
+	}
 	resign()
 
 	code := exitCode(cmd.ProcessState, waitErr)
@@ -238,6 +254,56 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 		return &exitError{code: code}
 	}
 	return nil
+}
+
+// killTree sends sig to CMD's process group and to every live process
+// below fencectl: those that left the group (setsid) and, fencectl being a
+// subreaper, those whose parents exited.
+func killTree(pgid int, sig syscall.Signal) {
+	_ = syscall.Kill(-pgid, sig)
+	for _, pid := range descendants(os.Getpid()) {
+		_ = syscall.Kill(pid, sig)
+	}
+}
+
+// descendants returns the live processes below root (children, theirs,
+// ...), read from /proc; zombies are left out.
+func descendants(root int) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	children := map[int][]int{}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		i := strings.LastIndexByte(string(stat), ')')
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(stat[i+1:]))
+		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		ppid, err := strconv.Atoi(f[1])
+		if err != nil {
+			continue
+		}
+		children[ppid] = append(children[ppid], pid)
+	}
+	var out []int
+	for queue := children[root]; len(queue) > 0; queue = queue[1:] {
+		out = append(out, queue[0])
+		queue = append(queue, children[queue[0]]...)
+	}
+	return out
 }
 
 // interrupted turns err into 128+n when signal n interrupted what failed.

@@ -24,6 +24,9 @@ type tokenSet struct {
 // a match, so neither the timing nor a map probe tells how close a guess
 // came or which entry it matched.
 func (ts *tokenSet) lookup(secret string) (string, bool) {
+	if secret == "" {
+		return "", false // no secret is no credential, whatever the file says
+	}
 	sum := sha256.Sum256([]byte(secret))
 	found := -1
 	for i := range ts.sums {
@@ -36,6 +39,9 @@ func (ts *tokenSet) lookup(secret string) (string, bool) {
 	}
 	return ts.principals[found], true
 }
+
+// emptySecret is the sha256 of the empty string.
+var emptySecret = sha256.Sum256(nil)
 
 // parseTokens reads a token file: "<name> <sha256 hex of the secret>" per
 // line, "#" comments and blank lines. Names and secrets must be unique.
@@ -63,6 +69,11 @@ func parseTokens(path string, b []byte) (*tokenSet, error) {
 		}
 		if _, err := hex.Decode(sum[:], []byte(hx)); err != nil {
 			return nil, lineErr("token %q: want 64 hex digits (the sha256 of the secret), %v", name, err)
+		}
+		if sum == emptySecret {
+			// What sha256sum writes for an unset variable: a secret
+			// anyone can send.
+			return nil, lineErr("token %q: that is the sha256 of the empty string; a secret must not be empty", name)
 		}
 		if prev, dup := names[name]; dup {
 			return nil, lineErr("token %q again (also on line %d)", name, prev)

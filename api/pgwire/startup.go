@@ -219,6 +219,14 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 	if user == "" {
 		return fail(&fatal{code: "28000", msg: "fencegate: no PostgreSQL user name specified in startup packet"})
 	}
+	// PostgreSQL cuts a user name to 63 bytes (NAMEDATALEN - 1) and logs
+	// the client in as that role: the principal postgres:<user> is the
+	// role logged in, not what the client sent, or a deny rule naming the
+	// role would not match a longer name (afterLogin checks it against
+	// the session_authorization the server reports).
+	if len(user) > maxNameLen {
+		user = user[:maxNameLen]
+	}
 	if !proxy.ValidFenceName(fence, s.cfg.MaxFenceName) {
 		if fence == "" {
 			return fail(refuseStart("FG006", tokens.ReasonInvalidRequest, "no fence: connect with options '-c fencegate.fence=<fence> -c fencegate.token=<token>' (PGOPTIONS)"))
@@ -267,6 +275,9 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 	sess.ctx = proxy.WithProtocol(policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()}), proxy.ProtocolPgwire)
 	return sess, nil
 }
+
+// maxNameLen is the longest name PostgreSQL keeps (NAMEDATALEN - 1).
+const maxNameLen = 63
 
 // splitOptions takes fencegate's settings out of a startup options string
 // (`-c name=value`, `-cname=value` or `--name=value`, white space
@@ -470,6 +481,9 @@ func (c *session) afterLogin() error {
 			val, _, _ := cstring(rest)
 			if string(name) == "is_superuser" && string(val) == "on" {
 				superuser = true
+			}
+			if string(name) == "session_authorization" && string(val) != c.user {
+				return refuseStart("FG006", tokens.ReasonInvalidRequest, "the database logged the client in as %q, not as the user %q it named: fencegate cannot tell its principal", val, c.user)
 			}
 			c.lexical.report(body)
 			c.cw.Write(raw)

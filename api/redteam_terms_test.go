@@ -204,5 +204,9 @@ func TestRedTeamMonotonicRefusedForgeryWritesNothing(t *testing.T) {
 		t.Errorf("postgres high-water after a refused forgery: %d, want 5", hw)
 	}
 	after := execHTTP(t, r, fence, 5, insert(table, fence, 5))
+	// Known and documented (docs/SECURITY.md): the verified token is the
+	// term, which is what lets the listener end an open transaction of a
+	// lower token that holds the fence's row; the real leader is
+	// STALE_TOKEN here until a fence reset.
 	t.Logf("refused forgery (%s) then leader 5 through PostgreSQL (high-water still 5): HTTP %d %s %v", got.reason, after.code, after.reason, after.body["message"])
 }

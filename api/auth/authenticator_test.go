@@ -430,3 +430,48 @@ func BenchmarkIdentify(b *testing.B) {
 		}
 	})
 }
+
+// TestReloadSeesEditInPlace: a token file edited in place to the same
+// length, its modification time set back (or within one tick of the file
+// system's clock), is reloaded: a revoked secret stops working within a
+// second. Found by a red-team review, 2026-11-28: the reload compared
+// only the file's time, size and inode.
+func TestReloadSeesEditInPlace(t *testing.T) {
+	path := tokenFile(t, tokenLines("ops", "s3cret-aaa"))
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := newClock()
+	log, _ := newLog()
+	a, err := auth.NewAuthenticator(false, path, log, auth.WithClock(clk.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.Identify(nil, "Bearer s3cret-aaa", nil).Principal; got != "token:ops" {
+		t.Fatalf("before the edit: got %q, want token:ops", got)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(tokenLines("ops", "s3cret-bbb")); err != nil { // the same length
+		t.Fatal(err)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(path, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
+	if fi2, _ := os.Stat(path); fi2.Size() != fi.Size() || !fi2.ModTime().Equal(fi.ModTime()) {
+		t.Fatalf("the edit changed the stat: size %d → %d, mtime %v → %v", fi.Size(), fi2.Size(), fi.ModTime(), fi2.ModTime())
+	}
+	clk.advance(2 * time.Second)
+	if got := a.Identify(nil, "Bearer s3cret-aaa", nil).Principal; got != "" {
+		t.Errorf("the revoked secret after an edit in place: got %q, want refused", got)
+	}
+	if got := a.Identify(nil, "Bearer s3cret-bbb", nil).Principal; got != "token:ops" {
+		t.Errorf("the new secret after an edit in place: got %q, want token:ops", got)
+	}
+}

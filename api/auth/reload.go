@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"crypto/sha256"
 	"errors"
 	"io/fs"
 	"log/slog"
@@ -52,22 +53,37 @@ func buildOptions(opts []Option) options {
 	return o
 }
 
-// stamp is what tells a changed file apart cheaply: replaced files (a
-// rename, a Kubernetes secret's symlink swap) get a new inode, edited ones
-// a new mtime or size.
+// stamp is what tells a changed file apart: replaced files (a rename, a
+// Kubernetes secret's symlink swap) get a new inode, edited ones a new
+// mtime or size, and the content's hash catches an edit in place that
+// keeps both (the same length, within one tick of the file system's
+// clock, or with the time set back): a revoked secret must not stay
+// valid. The files are small (certificates, keys, a token list), read at
+// most once a second.
 type stamp struct {
 	mod  time.Time
 	size int64
 	ino  uint64
+	sum  [sha256.Size]byte
 	err  bool
 }
+
+// maxStampBytes bounds what stampOf reads of a file to hash it; a larger
+// file is told apart by its stat alone.
+const maxStampBytes = 1 << 20
 
 func stampOf(path string) stamp {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return stamp{err: true}
 	}
-	return stamp{mod: fi.ModTime(), size: fi.Size(), ino: inode(fi)}
+	st := stamp{mod: fi.ModTime(), size: fi.Size(), ino: inode(fi)}
+	if fi.Size() <= maxStampBytes {
+		if b, err := os.ReadFile(path); err == nil {
+			st.sum = sha256.Sum256(b)
+		}
+	}
+	return st
 }
 
 // reloader holds what was loaded from some files and loads it again when

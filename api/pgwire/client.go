@@ -358,7 +358,7 @@ const discardAllSQL = "CLOSE ALL; SET SESSION AUTHORIZATION DEFAULT; RESET ALL; 
 // only at a backslash byte: with standard_conforming_strings off it
 // escapes a quote in any string, and in the client-only encodings (SJIS,
 // BIG5, GBK, ...) it can be the second byte of a character, so the quote
-// after it ends an E” string. A COMMIT fencegate reads inside a string
+// after it ends an escape string (E'…'). A COMMIT fencegate reads inside a string
 // would run on the server, and what follows it outside the fenced
 // transaction. Such a text is refused while the session's settings (as
 // the server last reported them, which fencegate has seen at the start of

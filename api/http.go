@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc/status"
@@ -84,9 +85,37 @@ func (s *Server) limitBody(gw *runtime.ServeMux) http.Handler {
 			runtime.DefaultHTTPErrorHandler(r.Context(), gw, jsonMarshaler, w, r, st.Err())
 			return
 		}
+		if why := tokenHeaderProblem(r.Header); why != "" {
+			st := refusalStatus(tokens.Refuse(tokens.ReasonInvalidToken, "", 0, "%s", why))
+			runtime.DefaultHTTPErrorHandler(r.Context(), gw, jsonMarshaler, w, r, st.Err())
+			return
+		}
 		r.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody))
 		gw.ServeHTTP(w, r)
 	})
+}
+
+// tokenHeaderProblem says why the request's token headers cannot be read
+// as one token, or "". grpc-gateway drops a header value that is not
+// ASCII (logging it) and forwards the others, so a second Fencing-Token
+// of that kind would go unseen by the rule that refuses two: it is
+// refused here, as is any value not in ASCII.
+func tokenHeaderProblem(h http.Header) string {
+	n := 0
+	for _, name := range [...]string{tokens.Header, "Grpc-Metadata-" + tokens.Header} {
+		for _, v := range h.Values(name) {
+			n++
+			for i := 0; i < len(v); i++ {
+				if v[i] >= utf8.RuneSelf {
+					return fmt.Sprintf("a %s header that is not ASCII: the token is a decimal integer", tokens.Header)
+				}
+			}
+		}
+	}
+	if n > 1 {
+		return fmt.Sprintf("%d %s headers: send one", n, tokens.Header)
+	}
+	return ""
 }
 
 func headerMatcher(key string) (string, bool) {

@@ -3,12 +3,16 @@ package api
 import (
 	"context"
 	"math"
+	goruntime "runtime"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -85,7 +89,7 @@ func (s *Server) Exec(ctx context.Context, req *fencegatev1.ExecRequest) (*fence
 	for i := range res {
 		r, err := statementResult(&res[i])
 		if err != nil {
-			return nil, statusError(err)
+			return nil, appliedButUnencodable(t, i, err)
 		}
 		out.Results[i] = r
 	}
@@ -118,7 +122,7 @@ func (s *Server) Redis(ctx context.Context, req *fencegatev1.RedisRequest) (*fen
 	for i, r := range res {
 		v, err := jsonValue(r)
 		if err != nil {
-			return nil, statusError(err)
+			return nil, appliedButUnencodable(t, i, err)
 		}
 		out.Results[i] = v
 	}
@@ -279,8 +283,39 @@ func statementResult(r *postgres.Result) (*fencegatev1.StatementResult, error) {
 	return out, nil
 }
 
+// ServerOptions are the gRPC server options of fencegate serve, which
+// bound what one client may make the server hold: a message of at most
+// twice maxBody (a request's JSON form may be smaller than its protobuf
+// one), metadata of at most 64 KiB (as the HTTP port bounds headers;
+// grpc-go's own default is 16 MiB), and at most 1024 concurrent streams
+// per connection. A fixed set of goroutines with grown stacks serves the
+// streams, instead of a new goroutine (and stack growth) per request.
+func ServerOptions(maxBody int) []grpc.ServerOption {
+	return []grpc.ServerOption{
+		grpc.MaxRecvMsgSize(2 * maxBody),
+		grpc.MaxHeaderListSize(maxMetadataBytes),
+		grpc.MaxConcurrentStreams(maxStreams),
+		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))),
+	}
+}
+
+const (
+	maxMetadataBytes = 64 << 10
+	maxStreams       = 1024
+)
+
+// appliedButUnencodable is the error of a write that was applied but whose
+// result i has no JSON form: it must not read as a refusal, or a client
+// would retry a write already done.
+func appliedButUnencodable(t tokens.Token, i int, err error) error {
+	return status.Errorf(codes.Internal, "fencegate: the write was applied (token %d), but its result %d cannot be sent: %v", t, i, err)
+}
+
 // jsonValue converts a result value to a protobuf Value; integers beyond
 // 2^53, which a JSON number cannot carry exactly, become decimal strings.
+// A string that is not valid UTF-8 (a Redis value holding binary data),
+// which JSON and protobuf cannot carry, comes with each invalid byte
+// replaced by U+FFFD: the write it answers was applied.
 func jsonValue(v any) (*structpb.Value, error) {
 	switch x := v.(type) {
 	case int64:
@@ -294,6 +329,11 @@ func jsonValue(v any) (*structpb.Value, error) {
 		return structpb.NewNumberValue(float64(x)), nil
 	case int:
 		return jsonValue(int64(x))
+	case string:
+		if !utf8.ValidString(x) {
+			x = strings.ToValidUTF8(x, "\uFFFD")
+		}
+		return structpb.NewStringValue(x), nil
 	case []any:
 		lv := &structpb.ListValue{Values: make([]*structpb.Value, len(x))}
 		for i, e := range x {

@@ -13,7 +13,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"syscall"
 	"time"
@@ -403,14 +402,10 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		registerConnMetrics(reg, proxy.ProtocolRESP, rs.Connections)
 	}
 
-	gopts := []grpc.ServerOption{
-		grpc.MaxRecvMsgSize(2 * cfg.MaxBodyBytes),
-		// A fixed set of goroutines with grown stacks serves the streams,
-		// instead of a new goroutine (and stack growth) per request.
-		grpc.NumStreamWorkers(uint32(runtime.GOMAXPROCS(0))),
+	gopts := append(api.ServerOptions(cfg.MaxBodyBytes),
 		grpc.ChainUnaryInterceptor(sec.authn.UnaryServerInterceptor()),
 		grpc.ChainStreamInterceptor(sec.authn.StreamServerInterceptor()),
-	}
+	)
 	if tc := sec.tls.Config(); tc != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))
 		httpLis = tls.NewListener(httpLis, tc)

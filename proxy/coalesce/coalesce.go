@@ -183,6 +183,13 @@ func (q *Coalescer[T]) Stats() Stats {
 	return Stats{Batches: q.batches.Load(), Calls: q.calls.Load(), Largest: int(q.largest.Load())}
 }
 
+// Queued returns the calls waiting for a slot, for tests.
+func (q *Coalescer[T]) Queued() int {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return len(q.queue)
+}
+
 // Free returns the slots not running a batch, for tests.
 func (q *Coalescer[T]) Free() int {
 	q.mu.Lock()

@@ -241,15 +241,17 @@ func (c *session) query(body, raw []byte) error {
 	}
 	idle := atStart && c.idleStart()
 	vd := c.s.stmts.get(sql)
-	why := vd.refuse
+	// First: where the database may read the text otherwise, fencegate's
+	// own reading (a parse error, say) is beside the point.
+	why := c.lexicalRefusal(sql, atStart, vd)
+	if why == "" {
+		why = vd.refuse
+	}
 	if why == "" && vd.kind == kindSetToken && !idle {
 		why = whySetTokenTx
 	}
 	if why == "" {
 		why = c.executesEnd(vd)
-	}
-	if why == "" {
-		why = c.lexicalRefusal(sql, atStart, vd)
 	}
 	if why != "" {
 		r := c.refusalOf(why)

@@ -282,6 +282,11 @@ func TestSmuggleStandardConformingStringsOff(t *testing.T) {
 	if len(errs) != 1 || !strings.HasPrefix(errs[0], "FG006") || !strings.Contains(errs[0], "standard_conforming_strings is off") {
 		t.Errorf("got errors %q, want FG006 naming standard_conforming_strings", errs)
 	}
+	// A text fencegate cannot parse is refused for the setting, which is
+	// the reason, not for its parse (psql sends SELECT 'a\''; alone).
+	if errs, _ := z.query(`SELECT 'a\'';`); len(errs) != 1 || !strings.Contains(errs[0], "standard_conforming_strings is off") {
+		t.Errorf("SELECT 'a\\'' with standard_conforming_strings off: got errors %q, want the setting named", errs)
+	}
 	// Without a backslash the two readings agree: the session works.
 	if errs, _ := z.query("INSERT INTO rt_scs (v) SELECT 'plain:' || " + fencedMark); len(errs) > 0 {
 		t.Errorf("a write without a backslash: %q", errs)

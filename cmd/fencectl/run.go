@@ -234,13 +234,16 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 		killT.Stop()
 	}
 	// What CMD left behind, in its group or not, holds the token too.
-	killTree(pgid, syscall.SIGKILL)
+	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	for range 50 { // a killed process's children come to fencectl next
-		if len(descendants(os.Getpid())) == 0 {
+		left := descendants(os.Getpid())
+		if len(left) == 0 {
 			break
 		}
+		for _, pid := range left {
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+		}
 		time.Sleep(10 * time.Millisecond)
-		killTree(pgid, syscall.SIGKILL)
 	}
 	resign()
 

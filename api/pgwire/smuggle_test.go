@@ -302,6 +302,17 @@ func TestSmuggleStandardConformingStringsOff(t *testing.T) {
 		t.Errorf("rows %q, want [plain:rt-scs back\\slash:rt-scs]", got)
 	}
 
+	// The setting changed by a function, and the smuggling query sent in
+	// the same write, before any answer: fencegate reads the second only
+	// after the server answered the first, ParameterStatus included.
+	zp := e.raw(t, "rt-scs", old)
+	zp.send(&pgproto3.Query{String: "SELECT set_config('standard_conforming_strings', 'off', false)"},
+		&pgproto3.Query{String: `SELECT 'a\''; COMMIT; INSERT INTO rt_scs (v) SELECT $s$pipelined:$s$ || ` + fencedMarkQ + `; --'`})
+	if errs, _, err := zp.results(2); err != nil || len(errs) != 1 || !strings.Contains(errs[0], "standard_conforming_strings is off") {
+		t.Errorf("set_config then the smuggling query in one write: got errors %q, %v; want the second refused naming the setting", errs, err)
+	}
+	e.noRows(t, "rt_scs", "pipelined")
+
 	// The zombie: after the hidden COMMIT, a wait for the next term and a
 	// write after it, in one string.
 	z2 := e.raw(t, "rt-scs", old)

@@ -8,11 +8,14 @@ import (
 	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/encoding/protojson"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
 	"github.com/fencegate/fencegate/api/internal/jsonbody"
+	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -36,7 +39,7 @@ var jsonMarshaler = jsonbody.Codec{JSONPb: &runtime.JSONPb{MarshalOptions: proto
 func (s *Server) HTTPHandler(ctx context.Context, cfg HTTPConfig) (http.Handler, error) {
 	gw := runtime.NewServeMux(
 		runtime.WithIncomingHeaderMatcher(headerMatcher),
-		runtime.WithErrorHandler(errorHandler),
+		runtime.WithErrorHandler(s.errorHandler),
 		runtime.WithMarshalerOption(runtime.MIMEWildcard, jsonMarshaler),
 	)
 	if err := fencegatev1.RegisterGatewayHandlerServer(ctx, gw, s); err != nil {
@@ -80,19 +83,57 @@ func registerOps(mux *http.ServeMux, cfg HTTPConfig) {
 func (s *Server) limitBody(gw *runtime.ServeMux) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > int64(s.maxBody) {
-			st := refusalStatus(tokens.Refuse(tokens.ReasonInvalidRequest, "", 0,
+			s.refuseHTTP(gw, w, r, tokens.Refuse(tokens.ReasonInvalidRequest, "", 0,
 				"request body is %d bytes, limit is %d", r.ContentLength, s.maxBody))
-			runtime.DefaultHTTPErrorHandler(r.Context(), gw, jsonMarshaler, w, r, st.Err())
 			return
 		}
 		if why := tokenHeaderProblem(r.Header); why != "" {
-			st := refusalStatus(tokens.Refuse(tokens.ReasonInvalidToken, "", 0, "%s", why))
-			runtime.DefaultHTTPErrorHandler(r.Context(), gw, jsonMarshaler, w, r, st.Err())
+			s.refuseHTTP(gw, w, r, tokens.Refuse(tokens.ReasonInvalidToken, "", 0, "%s", why))
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody))
 		gw.ServeHTTP(w, r)
 	})
+}
+
+// refuseHTTP answers r with the refusal problem, found before
+// grpc-gateway reached the Server. A write's refusal goes through the
+// gateway (proxy.Gateway.RefuseRequest), as the Server's own do: the
+// caller is authorized first, and the refusal is counted and audited.
+func (s *Server) refuseHTTP(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, problem *tokens.RefusalError) {
+	err := error(problem)
+	if a, fence, ok := writeOf(r); ok {
+		problem.Fence = fence
+		raw := r.Header.Get(tokens.Header)
+		if problem.Reason == tokens.ReasonInvalidToken {
+			raw = "" // which of the headers would it be?
+		}
+		err = s.gw.RefuseRequest(proxy.WithProtocol(r.Context(), proxy.ProtocolHTTP), a, fence, raw, problem)
+	}
+	runtime.DefaultHTTPErrorHandler(r.Context(), mux, jsonMarshaler, w, r, statusError(err))
+}
+
+// writeOf says whether r asks for a write, POST /v1/fences/{fence}/sql or
+// /redis, and of which fence.
+func writeOf(r *http.Request) (policy.Action, string, bool) {
+	if r.Method != http.MethodPost {
+		return "", "", false
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/fences/")
+	if !ok {
+		return "", "", false
+	}
+	fence, op, ok := strings.Cut(rest, "/")
+	if !ok || fence == "" {
+		return "", "", false
+	}
+	switch op {
+	case "sql":
+		return policy.ActionSQLWrite, fence, true
+	case "redis":
+		return policy.ActionRedisWrite, fence, true
+	}
+	return "", "", false
 }
 
 // tokenHeaderProblem says why the request's token headers cannot be read
@@ -125,7 +166,18 @@ func headerMatcher(key string) (string, bool) {
 	return runtime.DefaultHeaderMatcher(key)
 }
 
-func errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	st := withReason(status.Convert(err))
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, st.Err())
+// errorHandler answers errors of the JSON gateway. A write's body that
+// grpc-gateway could not decode (malformed JSON, an unknown field, over
+// the limit as it was read) never reached the Server: it is refused
+// through the gateway here, as the Server refuses what it cannot read.
+func (s *Server) errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
+	st := status.Convert(err)
+	if st.Code() == codes.InvalidArgument && !hasErrorInfo(st) {
+		if a, fence, ok := writeOf(r); ok {
+			err = s.gw.RefuseRequest(ctx, a, fence, r.Header.Get(tokens.Header),
+				tokens.Refuse(tokens.ReasonInvalidRequest, fence, 0, "%s", st.Message()))
+			st = status.Convert(statusError(err))
+		}
+	}
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, withReason(st).Err())
 }

@@ -19,6 +19,7 @@ import (
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
 	"github.com/fencegate/fencegate/api/internal/jsonbody"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -60,23 +61,31 @@ func tokenFrom(ctx context.Context) string {
 	}
 }
 
-func (s *Server) tooBig(m proto.Message, fence string) error {
+// tooBig says why m is over the size limit, or nil.
+func (s *Server) tooBig(m proto.Message, fence string) *tokens.RefusalError {
 	if n := proto.Size(m); n > s.maxBody {
-		return statusError(tokens.Refuse(tokens.ReasonInvalidRequest, fence, 0, "request is %d bytes, limit is %d", n, s.maxBody))
+		return tokens.Refuse(tokens.ReasonInvalidRequest, fence, 0, "request is %d bytes, limit is %d", n, s.maxBody)
 	}
 	return nil
 }
 
+// refuse sends a request the server could not read through the
+// gateway's refusal of such requests (proxy.Gateway.RefuseRequest), so
+// that it is authorized first and counted and audited like any refusal.
+func (s *Server) refuse(ctx context.Context, a policy.Action, fence string, problem *tokens.RefusalError) error {
+	return statusError(s.gw.RefuseRequest(ctx, a, fence, tokenFrom(ctx), problem))
+}
+
 // Exec implements rpc Gateway.Exec.
 func (s *Server) Exec(ctx context.Context, req *fencegatev1.ExecRequest) (*fencegatev1.ExecResponse, error) {
-	if err := s.tooBig(req, req.GetFence()); err != nil {
-		return nil, err
+	if r := s.tooBig(req, req.GetFence()); r != nil {
+		return nil, s.refuse(ctx, policy.ActionSQLWrite, req.GetFence(), r)
 	}
 	stmts := make([]postgres.Statement, len(req.Statements))
 	for i, st := range req.Statements {
 		ps, j := params(st.GetParams())
 		if j >= 0 {
-			return nil, statusError(tokens.Refuse(tokens.ReasonInvalidRequest, req.GetFence(), 0,
+			return nil, s.refuse(ctx, policy.ActionSQLWrite, req.GetFence(), tokens.Refuse(tokens.ReasonInvalidRequest, req.GetFence(), 0,
 				"statement %d param %d: %s", i, j, inexactMsg))
 		}
 		stmts[i] = postgres.Statement{SQL: st.GetSql(), Params: ps}
@@ -98,8 +107,8 @@ func (s *Server) Exec(ctx context.Context, req *fencegatev1.ExecRequest) (*fence
 
 // Redis implements rpc Gateway.Redis.
 func (s *Server) Redis(ctx context.Context, req *fencegatev1.RedisRequest) (*fencegatev1.RedisResponse, error) {
-	if err := s.tooBig(req, req.GetFence()); err != nil {
-		return nil, err
+	if r := s.tooBig(req, req.GetFence()); r != nil {
+		return nil, s.refuse(ctx, policy.ActionRedisWrite, req.GetFence(), r)
 	}
 	cmds := make([][]string, len(req.Commands))
 	for i, c := range req.Commands {
@@ -107,7 +116,7 @@ func (s *Server) Redis(ctx context.Context, req *fencegatev1.RedisRequest) (*fen
 		for j, v := range c.GetValues() {
 			a, problem := redisArg(v)
 			if problem != "" {
-				return nil, statusError(tokens.Refuse(tokens.ReasonInvalidRequest, req.GetFence(), 0,
+				return nil, s.refuse(ctx, policy.ActionRedisWrite, req.GetFence(), tokens.Refuse(tokens.ReasonInvalidRequest, req.GetFence(), 0,
 					"command %d argument %d: %s", i, j, problem))
 			}
 			args[j] = a

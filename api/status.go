@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strconv"
+	"strings"
+	"unicode/utf8"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -77,6 +79,13 @@ func refusalStatus(r *tokens.RefusalError) *status.Status {
 	if r.Term != 0 {
 		md["term"] = strconv.FormatUint(uint64(r.Term), 10)
 	}
+	// A proto3 string must be UTF-8, or WithDetails fails and the status
+	// would go without its reason; a fence name sent over HTTP may not be.
+	for k, v := range md {
+		if !utf8.ValidString(v) {
+			md[k] = strings.ToValidUTF8(v, "\uFFFD")
+		}
+	}
 	msg := r.Error()
 	st, err := status.New(code, msg).WithDetails(&errdetails.ErrorInfo{
 		Reason:   string(r.Reason),
@@ -89,16 +98,21 @@ func refusalStatus(r *tokens.RefusalError) *status.Status {
 	return st
 }
 
+// hasErrorInfo says whether st came from a refusal (refusalStatus).
+func hasErrorInfo(st *status.Status) bool {
+	for _, d := range st.Details() {
+		if _, ok := d.(*errdetails.ErrorInfo); ok {
+			return true
+		}
+	}
+	return false
+}
+
 // withReason makes sure st carries an ErrorInfo: statuses made outside the
 // pipeline (a malformed JSON body, an oversized message) get reason
 // INVALID_REQUEST when they are INVALID_ARGUMENT.
 func withReason(st *status.Status) *status.Status {
-	for _, d := range st.Details() {
-		if _, ok := d.(*errdetails.ErrorInfo); ok {
-			return st
-		}
-	}
-	if st.Code() != codes.InvalidArgument {
+	if hasErrorInfo(st) || st.Code() != codes.InvalidArgument {
 		return st
 	}
 	return refusalStatus(&tokens.RefusalError{Reason: tokens.ReasonInvalidRequest, Msg: st.Message()})

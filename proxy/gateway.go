@@ -283,6 +283,39 @@ func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]st
 	return t, res, err
 }
 
+// RefuseRequest refuses a write of action a (sql.write or redis.write)
+// that its transport could not turn into statements or commands: a
+// message over the size limit, a parameter a JSON number cannot carry
+// exactly, an argument of a kind Redis has no form for. problem says
+// what is wrong; its reason is INVALID_REQUEST, unless a refusal of the
+// caller comes first: the caller is authenticated and authorized before
+// being told what is wrong with its request, as for any write. The
+// refusal is then counted, logged and audited as Exec and Redis do
+// theirs, and returned to be sent. Nothing reaches a backend.
+func (g *Gateway) RefuseRequest(ctx context.Context, a policy.Action, fence, rawToken string, problem *tokens.RefusalError) error {
+	backend := backendPostgres
+	switch {
+	case a == policy.ActionRedisWrite && g.rd == nil:
+		return fmt.Errorf("%w: Redis (start fencegate with --redis-addr)", ErrNotConfigured)
+	case a == policy.ActionRedisWrite:
+		backend = backendRedis
+	case g.pg == nil:
+		return fmt.Errorf("%w: PostgreSQL (start fencegate with --postgres-dsn)", ErrNotConfigured)
+	}
+	start := g.now()
+	gr, err := g.authorize(ctx, a, fence)
+	hw := g.auditHighWater(backend, fence)
+	if err == nil {
+		err = problem
+	}
+	t := tokenOf(err, rawToken)
+	g.finish(ctx, backend, fence, t, start, err)
+	if g.audit != nil {
+		g.audit.Write(g.auditRecord(ctx, a, backend, fence, t, election.Term{}, hw, gr, start, err))
+	}
+	return err
+}
+
 // authorize decides whether the caller the transport attached to ctx may
 // do a to fence, and returns the PostgreSQL role the policy runs its
 // statements as. It is the one authorization of every way in.

@@ -229,7 +229,10 @@ func TestStatementFailedMetadata(t *testing.T) {
 // write once the new leader has written: the backend's check refuses it.
 func TestStaleReplicaRefusedByBackend(t *testing.T) {
 	live := startReplica(t, true)
-	frozen := startReplica(t, true)
+	// Stopped, but unaware of it, as a watch lagging behind etcd is: a
+	// replica that knows its watch is lost reads etcd instead
+	// (TestRedTeam2ReplicaCutFromEtcdAcceptsEndedTerm).
+	frozen := startUnawareReplica(t)
 	c := db(t)
 	table := ledgerTable(t, c)
 	fence := fenceName(t)

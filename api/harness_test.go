@@ -119,6 +119,14 @@ func startReplica(tb testing.TB, watch bool) *replica {
 	return startReplicaWith(tb, replicaConfig{watch: watch, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig()})
 }
 
+// startUnawareReplica starts a replica with the default configuration
+// whose pipeline cannot tell when its watch stops following etcd
+// (replicaConfig.unaware).
+func startUnawareReplica(tb testing.TB) *replica {
+	tb.Helper()
+	return startReplicaWith(tb, replicaConfig{watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(), unaware: true})
+}
+
 // replicaConfig is how a test's replica is configured.
 type replicaConfig struct {
 	watch bool
@@ -139,6 +147,20 @@ type replicaConfig struct {
 	policy proxy.Authorizer
 	// audit, when set, gets the replica's audit records.
 	audit proxy.AuditLog
+	// unaware hides from the pipeline whether the watch follows etcd
+	// (election.Freshness): stopped, the replica's view is stale without
+	// its knowing, as a watch that lags behind etcd is. Its writes are
+	// judged by that view, and only the backend's check stands.
+	unaware bool
+}
+
+// unawareTerms is a term source whose freshness the pipeline cannot see.
+type unawareTerms struct{ src proxy.Terms }
+
+func (u unawareTerms) Term(name string) election.Term { return u.src.Term(name) }
+func (u unawareTerms) Terms() []election.Term         { return u.src.Terms() }
+func (u unawareTerms) Verify(ctx context.Context, name string, token int64) (election.Term, bool, error) {
+	return u.src.Verify(ctx, name, token)
 }
 
 func startReplicaWith(tb testing.TB, rc replicaConfig) *replica {
@@ -187,6 +209,9 @@ func startReplicaWith(tb testing.TB, rc replicaConfig) *replica {
 			tb.Fatal(err)
 		}
 		terms = r
+	}
+	if rc.unaware {
+		terms = unawareTerms{terms}
 	}
 	opts := proxy.Options{Terms: terms, Postgres: pg, Redis: rd, Logger: log, Registerer: reg, Policy: rc.policy, ReadBeforeUse: rc.readBeforeUse, Audit: rc.audit}
 	var resets *election.Resets

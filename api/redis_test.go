@@ -99,7 +99,10 @@ func TestRedisHTTP(t *testing.T) {
 // the old leader through to Redis, and the script refuses it.
 func TestRedisStaleReplicaRefusedByBackend(t *testing.T) {
 	live := startReplica(t, true)
-	frozen := startReplica(t, true)
+	// Stopped, but unaware of it, as a watch lagging behind etcd is: a
+	// replica that knows its watch is lost reads etcd instead
+	// (TestRedTeam2ReplicaCutFromEtcdAcceptsEndedTerm).
+	frozen := startUnawareReplica(t)
 	c := rdb(t)
 	fence := fenceName(t)
 	cli := newEtcdClient(t)

@@ -146,6 +146,21 @@ func (r *Router) Verify(ctx context.Context, name string, token int64) (Term, bo
 	return r.source(name).Verify(ctx, name, token)
 }
 
+// Freshness is a Source whose memory of terms can fall behind what it
+// follows, and knows when it has (the etcd watch, lost).
+type Freshness interface {
+	// Fresh reports whether the term of name in memory is current as far
+	// as the source knows.
+	Fresh(name string) bool
+}
+
+// Fresh asks the source of election name, if it can tell (Freshness);
+// any other source is fresh.
+func (r *Router) Fresh(name string) bool {
+	f, ok := r.source(name).(Freshness)
+	return !ok || f.Fresh(name)
+}
+
 // Lower lowers name's term in its source, if that source only knows the
 // tokens it was shown (Lowerer); it reports whether the term was lowered.
 func (r *Router) Lower(name string, token int64) bool {

@@ -148,6 +148,11 @@ func (w *Watcher) Terms() []Term {
 // Run, while Run reconnects, and after Run returns.
 func (w *Watcher) Synced() bool { return w.synced.Load() }
 
+// Fresh reports whether the term of election name in memory follows etcd
+// (Synced): while it does not, a term that ended meanwhile still looks
+// current, and a write must be judged by a read of etcd (Verify).
+func (w *Watcher) Fresh(string) bool { return w.Synced() }
+
 // Run lists the prefix, then watches it, keeping the terms in memory up to
 // date, until ctx is done. When the watch is compacted, cancelled or its
 // connection lost, Run lists again and resumes, with backoff; Synced is
@@ -387,6 +392,13 @@ func (w *Watcher) set(changes []change, name string, rev int64, key string, c ca
 		old = Term{Election: name}
 	}
 	if rev <= old.ObservedRev {
+		// Too old to publish (a Verify read published a later state), but
+		// its leader held a term: Last must know it, or that term, once
+		// ended, would read as one no leader ever held.
+		if known && c.createRev > old.Last {
+			old.Last = c.createRev
+			w.terms[name] = old
+		}
 		return changes
 	}
 	t := old

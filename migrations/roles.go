@@ -18,12 +18,23 @@ var ErrUnsafeRole = errors.New("migrations: unsafe role")
 // and role is not named pg_* or fencegate_*, and is neither a superuser
 // nor has BYPASSRLS or CREATEROLE, nor is a member of a role that is or
 // has them, of a predefined pg_* role, of OwnerRole or RuntimeRole, or of
-// login. PostgreSQL lets a session become any role its login is a member
-// of, so whatever role reaches, every write as any role of login's
-// reaches too. It does not check that login is a member of role (see
-// GrantRole). Errors are one line, wrapping ErrUnsafeRole for an unsafe
+// login; nor may it, or a role it is a member of, do more on schema
+// fencegate than PUBLIC may (schemaReach: write fencegate.fences, run
+// reset, create objects there). PostgreSQL lets a session become any role
+// its login is a member of, so whatever role reaches, every write as any
+// role of login's reaches too. It does not check that login is a member
+// of role (see GrantRole). Errors are one line, wrapping ErrUnsafeRole for an unsafe
 // role.
 func CheckWriterRole(ctx context.Context, conn *pgx.Conn, login, role string) error {
+	if err := checkWriterRole(ctx, conn, login, role); err != nil {
+		return err
+	}
+	return checkSchemaReach(ctx, conn, role)
+}
+
+// checkWriterRole is CheckWriterRole but for what role may do on schema
+// fencegate.
+func checkWriterRole(ctx context.Context, conn *pgx.Conn, login, role string) error {
 	switch {
 	case login == "":
 		return errors.New("migrations: empty login role name")
@@ -80,6 +91,57 @@ FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) $1`, role, log
 	return nil
 }
 
+// schemaReach is the first thing on schema fencegate that role, or a role
+// it is a member of, may do beyond what PUBLIC may, or no row: CREATE on
+// the schema; any privilege but SELECT on its tables and sequences (its
+// views too); EXECUTE on a function PUBLIC may not execute. Privileges
+// are PostgreSQL's effective ones (has_*_privilege): granted to a group,
+// or by a grantor other than the owner, they count too.
+const schemaReach = `
+SELECT pg_catalog.format('%s %s', CASE WHEN g.rolname OPERATOR(pg_catalog.=) $1 THEN 'may'
+                                       ELSE pg_catalog.format('is a member of %I, which may', g.rolname) END, w.what)
+  FROM pg_catalog.pg_roles g
+ CROSS JOIN LATERAL (
+       SELECT 'CREATE in schema fencegate' AS what
+        WHERE pg_catalog.has_schema_privilege(g.oid, 'fencegate', 'CREATE')
+       UNION ALL
+       SELECT pg_catalog.format('%s on %s', p.p, c.oid::pg_catalog.regclass)
+         FROM pg_catalog.pg_class c
+        CROSS JOIN pg_catalog.unnest(CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN ARRAY['USAGE', 'UPDATE']
+                                          ELSE ARRAY['INSERT', 'UPDATE', 'DELETE', 'TRUNCATE', 'REFERENCES', 'TRIGGER'] END) AS p(p)
+        WHERE c.relnamespace OPERATOR(pg_catalog.=) 'fencegate'::pg_catalog.regnamespace
+          AND c.relkind OPERATOR(pg_catalog.=) ANY (ARRAY['r', 'p', 'v', 'm', 'f', 'S']::"char"[])
+          AND CASE WHEN c.relkind OPERATOR(pg_catalog.=) 'S' THEN pg_catalog.has_sequence_privilege(g.oid, c.oid, p.p)
+                   ELSE pg_catalog.has_table_privilege(g.oid, c.oid, p.p) END
+       UNION ALL
+       SELECT pg_catalog.format('EXECUTE on %s', f.oid::pg_catalog.regprocedure)
+         FROM pg_catalog.pg_proc f
+        WHERE f.pronamespace OPERATOR(pg_catalog.=) 'fencegate'::pg_catalog.regnamespace
+          AND f.proacl IS NOT NULL
+          AND NOT EXISTS (SELECT FROM pg_catalog.aclexplode(f.proacl) AS a
+                           WHERE a.grantee OPERATOR(pg_catalog.=) 0 AND a.privilege_type OPERATOR(pg_catalog.=) 'EXECUTE')
+          AND pg_catalog.has_function_privilege(g.oid, f.oid, 'EXECUTE')
+       ) AS w
+ WHERE pg_catalog.pg_has_role($1, g.oid, 'MEMBER')
+ ORDER BY g.rolname OPERATOR(pg_catalog.=) $1, g.rolname, w.what
+ LIMIT 1`
+
+// checkSchemaReach refuses role when it reaches fencegate's schema
+// (schemaReach).
+func checkSchemaReach(ctx context.Context, q interface {
+	QueryRow(context.Context, string, ...any) pgx.Row
+}, role string,
+) error {
+	var why string
+	switch err := q.QueryRow(ctx, schemaReach, role).Scan(&why); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("migrations: check role %q on schema fencegate: %w", role, err)
+	}
+	return fmt.Errorf("%w: role %q %s: statements running as it could move fences' marks; revoke that (fencegate grant revokes only what was granted to the role itself, by the objects' owner)", ErrUnsafeRole, role, why)
+}
+
 // GrantRole lets fencegate, logged in as the existing role login, run
 // callers' statements as the existing role role (a policy rule's
 // postgres_role): it checks role with CheckWriterRole, makes login a
@@ -97,7 +159,9 @@ func GrantRole(ctx context.Context, conn *pgx.Conn, login, role string) error {
 	if !migrated {
 		return fmt.Errorf("migrations: fencegate's schema is missing on this database: run `fencegate migrate --postgres-dsn=<an admin DSN> --runtime-role=%s` first", login)
 	}
-	if err := CheckWriterRole(ctx, conn, login, role); err != nil {
+	// What CheckWriterRole checks of the schema is checked once the
+	// grants made to role itself are revoked, below.
+	if err := checkWriterRole(ctx, conn, login, role); err != nil {
 		return err
 	}
 	r, l := pgx.Identifier{role}.Sanitize(), pgx.Identifier{login}.Sanitize()
@@ -113,8 +177,13 @@ func GrantRole(ctx context.Context, conn *pgx.Conn, login, role string) error {
 				return fmt.Errorf("%s: %w", sql, err)
 			}
 		}
-		return nil
+		// What is left came through a group, or from another grantor:
+		// refused, and the grant above rolled back.
+		return checkSchemaReach(ctx, tx, role)
 	})
+	if errors.Is(err, ErrUnsafeRole) {
+		return err
+	}
 	if err != nil {
 		return fmt.Errorf("migrations: grant role %q to %q: %w", role, login, err)
 	}

@@ -135,6 +135,9 @@ type Gateway struct {
 	resets   Publisher
 	// readFirst is Options.ReadBeforeUse.
 	readFirst func(backend, fence string) bool
+	// fresh, when the term source can tell (election.Freshness), says
+	// whether a fence's term in memory follows the source.
+	fresh func(fence string) bool
 }
 
 // ErrNotConfigured is returned for a write to a backend fencegate was not
@@ -158,6 +161,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 		policy: opts.Policy, authReq: opts.AuthRequired, audit: opts.Audit, protocol: opts.Protocol, resets: opts.Resets,
 		readFirst: opts.ReadBeforeUse,
 		verifies:  newVerifyLimiter(cfg.VerifyRate, cfg.VerifyBurst, cfg.VerifyFences),
+	}
+	if f, ok := opts.Terms.(election.Freshness); ok {
+		g.fresh = f.Fresh
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)
@@ -481,7 +487,14 @@ func (g *Gateway) admit(ctx context.Context, backend int, fence, rawToken string
 	// write through, or says its term ended (a later term may have begun:
 	// then the answer is STALE_TOKEN), and never refused by the limiter:
 	// every write reads.
-	readFirst := o != tokens.Stale && o != tokens.Unknown && g.readFirst != nil && g.readFirst(backends[backend], fence)
+	//
+	// So is a fence whose source knows its memory has fallen behind (the
+	// etcd watch lost): the term it remembers may have ended, and a zombie
+	// would be let through for as long as the watch stays lost. Its
+	// writes read etcd, and are refused ETCD_UNAVAILABLE while it cannot
+	// be read.
+	readFirst := o != tokens.Stale && o != tokens.Unknown &&
+		((g.readFirst != nil && g.readFirst(backends[backend], fence)) || (g.fresh != nil && !g.fresh(fence)))
 	if o == tokens.Verify || readFirst {
 		if !readFirst && !g.verifies.allow(fence, now) {
 			r := tokens.Refuse(tokens.ReasonOverloaded, fence, t,

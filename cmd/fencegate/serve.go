@@ -162,7 +162,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		if err != nil {
 			return err
 		}
-		defer pg.Close()
+		defer closeWithin(log, "postgres", backendCloseTimeout, pg.Close)
 		if cfg.PostgresMigrateDSN != "" {
 			if err := postgres.MigrateDSN(ctx, cfg.PostgresMigrateDSN, pg.User()); err != nil {
 				return err
@@ -473,17 +473,23 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	if metricsLis != nil {
 		metricsAddr = serveMetricsAddr(gctx, g, metricsLis, api.OpsHandler(opsCfg))
 	}
+	// The term sources follow the terms until the drain below has ended:
+	// a write it lets finish must still be refused, and an open
+	// transaction of the PostgreSQL listener ended, when its term ends
+	// meanwhile. A source that fails still ends gctx, and with it serve.
+	termsCtx, stopTerms := context.WithCancel(context.WithoutCancel(gctx))
+	defer stopTerms()
 	if watcher != nil {
-		g.Go(func() error { return watcher.Run(gctx) })
+		g.Go(func() error { return watcher.Run(termsCtx) })
 	}
 	if zkSource != nil {
-		g.Go(func() error { return zkSource.Run(gctx) })
+		g.Go(func() error { return zkSource.Run(termsCtx) })
 	}
 	if lease != nil {
-		g.Go(func() error { _ = lease.src.Run(gctx); return nil })
+		g.Go(func() error { _ = lease.src.Run(termsCtx); return nil })
 	}
 	if pgTerms != nil {
-		g.Go(func() error { return pgTerms.Run(gctx) })
+		g.Go(func() error { return pgTerms.Run(termsCtx) })
 	}
 	if sec.policy != nil {
 		g.Go(func() error { return sec.policy.Run(gctx) })
@@ -523,6 +529,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		serveOn(g, "redis listener", rs.Serve, resp.ErrServerClosed, redisLis, redisUnix)
 	}
 	g.Go(func() error {
+		defer stopTerms()
 		<-gctx.Done()
 		log.Info("shutting down", "timeout", cfg.ShutdownTimeout)
 		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.ShutdownTimeout)
@@ -549,11 +556,17 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		_ = hs.Shutdown(sctx)
 		<-pgDone
 		<-redisDone
+		drained := true
 		select {
 		case <-done:
 		case <-sctx.Done():
 			gs.Stop()
 		}
+		if sctx.Err() != nil {
+			// Some listener gave up on what it was still serving.
+			drained = false
+		}
+		log.Info("stopped serving", "drained", drained)
 		return nil
 	})
 	log.Info("fencegate serving", "grpc", grpcLis.Addr().String(), "http", httpLis.Addr().String(),
@@ -672,4 +685,20 @@ func addrOf(lis net.Listener) string {
 		return ""
 	}
 	return lis.Addr().String()
+}
+
+// backendCloseTimeout bounds closing a backend's connections at exit.
+const backendCloseTimeout = 2 * time.Second
+
+// closeWithin runs closeFn, waiting for it at most d: a server that
+// stopped answering would otherwise hold the exit for as long as the
+// client library waits on each of its connections (pgxpool: 15 s).
+func closeWithin(log *slog.Logger, what string, d time.Duration, closeFn func()) {
+	done := make(chan struct{})
+	go func() { closeFn(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(d):
+		log.Warn("gave up closing the connections of a backend that does not answer", "backend", what, "after", d)
+	}
 }

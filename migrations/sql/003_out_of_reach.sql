@@ -17,14 +17,25 @@
 --     transaction (a caller's statement calling it for another fence, or to
 --     raise its own mark again) is refused.
 --
--- Roles are cluster-wide, so they are created only when missing.
+-- Roles are cluster-wide, so they are created only when missing, and a
+-- migration of another database of the cluster may create them between
+-- the test and the CREATE (the advisory lock of Apply is per database):
+-- the loser's duplicate is then ignored.
 DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner') THEN
-        CREATE ROLE fencegate_owner NOLOGIN;
+        BEGIN
+            CREATE ROLE fencegate_owner NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
     END IF;
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_runtime') THEN
-        CREATE ROLE fencegate_runtime NOLOGIN;
+        BEGIN
+            CREATE ROLE fencegate_runtime NOLOGIN;
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
     END IF;
     -- A migrating role that is not a superuser must be a member to hand
     -- objects over to fencegate_owner (PostgreSQL's rule for OWNER TO).

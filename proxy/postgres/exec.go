@@ -15,15 +15,17 @@ import (
 )
 
 // advanceSQL is the first statement of every fenced write. Constant, so the
-// prepared statement is cached once per connection.
-const advanceSQL = "SELECT fencegate.advance($1, $2)"
+// prepared statement is cached once per connection. Its parameters are
+// typed: untyped, PostgreSQL would prefer an overload fencegate.advance(text,
+// text) that a role with CREATE on the schema had planted.
+const advanceSQL = "SELECT fencegate.advance($1::pg_catalog.text, $2::pg_catalog.int8)"
 
 // advanceAsSQL is the first statement of a write run as a role (ExecAs):
 // the fence check as fencegate's login, then the role for the rest of the
 // transaction, in one statement so it costs no more round trip or message
 // than advanceSQL. A target list is evaluated left to right. The role
 // ends with the transaction (is_local), committed or not.
-const advanceAsSQL = "SELECT fencegate.advance($1, $2), pg_catalog.set_config('role', $3, true)"
+const advanceAsSQL = "SELECT fencegate.advance($1::pg_catalog.text, $2::pg_catalog.int8), pg_catalog.set_config('role', $3::pg_catalog.text, true)"
 
 // Exec runs a fenced write: it advances the fence to token t and runs stmts,
 // all in one implicit transaction ended by one Sync, so a repeated write

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -127,10 +128,25 @@ func (st *connState) cancelArmed(pc *pgconn.PgConn) {
 	ctx, cancel := context.WithTimeout(context.Background(), cancelTimeout)
 	defer cancel()
 	_ = pc.CancelRequest(ctx)
+	// A server that does not answer the cancel either (stopped, or cut
+	// off without a reset) would hold the write, and its caller, until
+	// it came back: past cancelGrace the connection's reads end. The
+	// write then fails out of step, its outcome unknown, and the
+	// connection is closed.
+	time.AfterFunc(cancelGrace, func() {
+		if st.armed.Load() == seq {
+			_ = pc.Conn().SetDeadline(time.Unix(1, 0))
+		}
+	})
 }
 
-// cancelTimeout bounds sending a cancel request on its own connection.
-const cancelTimeout = 2 * time.Second
+const (
+	// cancelTimeout bounds sending a cancel request on its own connection.
+	cancelTimeout = 2 * time.Second
+	// cancelGrace is how long a cancelled write may still take before
+	// its connection is given up.
+	cancelGrace = 2 * time.Second
+)
 
 // lookup returns the statement prepared for sql, or nil.
 func (st *connState) lookup(sql string) *pgconn.StatementDescription {
@@ -220,8 +236,15 @@ func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
 			continue
 		}
 		r := b.refusal(c, at, err, true)
-		if st.cancelled(seq) && r.Reason == tokens.ReasonBackendUnavailable && isCancel(err) {
-			r.Msg = "the write ran past its time limit of " + b.cfg.WriteTimeout.String() + " and was rolled back"
+		if st.cancelled(seq) && r.Reason == tokens.ReasonBackendUnavailable {
+			var ne net.Error
+			switch {
+			case isCancel(err):
+				r.Msg = "the write ran past its time limit of " + b.cfg.WriteTimeout.String() + " and was rolled back"
+			case errors.As(err, &ne) && ne.Timeout():
+				r.Msg = "the write ran past its time limit of " + b.cfg.WriteTimeout.String() +
+					", and the server answered neither it nor the cancel: the connection was closed, and the write may yet be applied"
+			}
 		}
 		c.finish(nil, r)
 		if !inStep {

@@ -46,16 +46,18 @@ func NewTermCheck(table, lockKey string) (TermCheck, error) {
 	return TermCheck{
 		Table:   table,
 		LockKey: lockKey,
-		sql:     termCheckPrefix + "$1, $2" + args,
-		asSQL:   termCheckPrefix + "$1, $2" + args + ", pg_catalog.set_config('role', $3, true)",
+		sql:     termCheckPrefix + typedParams + args,
+		asSQL:   termCheckPrefix + typedParams + args + ", pg_catalog.set_config('role', $3::pg_catalog.text, true)",
 	}, nil
 }
 
 // SQL is the check with its parameters typed as a protocol front binds
 // them: $1 the fence (text), $2 the token (int8).
-func (tc TermCheck) SQL() string {
-	return termCheckPrefix + "$1::pg_catalog.text, $2::pg_catalog.int8" + tc.sql[len(termCheckPrefix)+len("$1, $2"):]
-}
+func (tc TermCheck) SQL() string { return tc.sql }
+
+// typedParams are the check's parameters, typed so that no overload a role
+// with CREATE on the schema planted is preferred (advanceSQL).
+const typedParams = "$1::pg_catalog.text, $2::pg_catalog.int8"
 
 // AppendInline appends the check of fence with token t as one statement of a simple
 // query, without a trailing ';'. fence must be a valid fence name (letters,
@@ -67,7 +69,7 @@ func (tc TermCheck) AppendInline(b []byte, fence string, t uint64) []byte {
 	b = append(b, "'::pg_catalog.text, "...)
 	b = appendUint(b, t)
 	b = append(b, "::pg_catalog.int8"...)
-	return append(b, tc.sql[len(termCheckPrefix)+len("$1, $2"):]...)
+	return append(b, tc.sql[len(termCheckPrefix)+len(typedParams):]...)
 }
 
 func appendUint(b []byte, v uint64) []byte {

@@ -260,6 +260,9 @@ func TestRedTeam2ReplicaCutFromEtcdAcceptsEndedTerm(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pg.Close)
+	if err := pg.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
 	gw, err := proxy.New(proxy.DefaultConfig(), proxy.Options{Terms: w, Postgres: pg})
 	if err != nil {
 		t.Fatal(err)

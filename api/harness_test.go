@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
@@ -30,6 +31,7 @@ import (
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/election/embedded"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/audit"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	pgthrowaway "github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	"github.com/fencegate/fencegate/proxy/redis"
@@ -422,4 +424,28 @@ func execHTTP(t *testing.T, r *replica, fence string, token int64, stmts ...stri
 		tok = fmt.Sprint(token)
 	}
 	return doHTTP(t, http.MethodPost, r.url+"/v1/fences/"+fence+"/sql", tok, sqlBody(stmts...))
+}
+
+// testAudit opens an audit log of the test's own, closed when the test
+// ends, and returns it with records: it closes the log (so every record
+// is written) and returns them, one per line, and the file's text.
+func testAudit(t *testing.T) (alog *audit.Log, records func() (lines []string, raw string)) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "audit.log")
+	alog, err := audit.Open(path, audit.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = alog.Close() }) // ErrClosed once records ran
+	return alog, func() ([]string, string) {
+		t.Helper()
+		if err := alog.Close(); err != nil {
+			t.Fatal(err)
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n"), string(raw)
+	}
 }

@@ -97,20 +97,26 @@ func (s *Server) limitBody(gw *runtime.ServeMux) http.Handler {
 }
 
 // refuseHTTP answers r with the refusal problem, found before
-// grpc-gateway reached the Server. A write's refusal goes through the
-// gateway (proxy.Gateway.RefuseRequest), as the Server's own do: the
-// caller is authorized first, and the refusal is counted and audited.
+// grpc-gateway reached the Server (refuseWrite).
 func (s *Server) refuseHTTP(mux *runtime.ServeMux, w http.ResponseWriter, r *http.Request, problem *tokens.RefusalError) {
-	err := error(problem)
-	if a, fence, ok := writeOf(r); ok {
-		problem.Fence = fence
-		raw := r.Header.Get(tokens.Header)
-		if problem.Reason == tokens.ReasonInvalidToken {
-			raw = "" // which of the headers would it be?
-		}
-		err = s.gw.RefuseRequest(proxy.WithProtocol(r.Context(), proxy.ProtocolHTTP), a, fence, raw, problem)
+	runtime.DefaultHTTPErrorHandler(r.Context(), mux, jsonMarshaler, w, r, statusError(s.refuseWrite(r.Context(), r, problem)))
+}
+
+// refuseWrite returns the refusal of r for problem, found before
+// grpc-gateway reached the Server. A write's goes through the gateway
+// (proxy.Gateway.RefuseRequest), as the Server's own do: the caller is
+// authorized first, and the refusal is counted and audited.
+func (s *Server) refuseWrite(ctx context.Context, r *http.Request, problem *tokens.RefusalError) error {
+	a, fence, ok := writeOf(r)
+	if !ok {
+		return problem
 	}
-	runtime.DefaultHTTPErrorHandler(r.Context(), mux, jsonMarshaler, w, r, statusError(err))
+	problem.Fence = fence
+	raw := r.Header.Get(tokens.Header)
+	if problem.Reason == tokens.ReasonInvalidToken {
+		raw = "" // which of the headers would it be?
+	}
+	return s.gw.RefuseRequest(proxy.WithProtocol(ctx, proxy.ProtocolHTTP), a, fence, raw, problem)
 }
 
 // writeOf says whether r asks for a write, POST /v1/fences/{fence}/sql or
@@ -166,18 +172,14 @@ func headerMatcher(key string) (string, bool) {
 	return runtime.DefaultHeaderMatcher(key)
 }
 
-// errorHandler answers errors of the JSON gateway. A write's body that
-// grpc-gateway could not decode (malformed JSON, an unknown field, over
-// the limit as it was read) never reached the Server: it is refused
-// through the gateway here, as the Server refuses what it cannot read.
+// errorHandler answers errors of the JSON gateway. A status without a
+// reason is one grpc-gateway made (malformed JSON, an unknown field, a
+// body over the limit as it was read): the request never reached the
+// Server, and is refused as INVALID_REQUEST, through the gateway for a
+// write (refuseWrite).
 func (s *Server) errorHandler(ctx context.Context, mux *runtime.ServeMux, m runtime.Marshaler, w http.ResponseWriter, r *http.Request, err error) {
-	st := status.Convert(err)
-	if st.Code() == codes.InvalidArgument && !hasErrorInfo(st) {
-		if a, fence, ok := writeOf(r); ok {
-			err = s.gw.RefuseRequest(ctx, a, fence, r.Header.Get(tokens.Header),
-				tokens.Refuse(tokens.ReasonInvalidRequest, fence, 0, "%s", st.Message()))
-			st = status.Convert(statusError(err))
-		}
+	if st := status.Convert(err); st.Code() == codes.InvalidArgument && !hasErrorInfo(st) {
+		err = statusError(s.refuseWrite(ctx, r, tokens.Refuse(tokens.ReasonInvalidRequest, "", 0, "%s", st.Message())))
 	}
-	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, withReason(st).Err())
+	runtime.DefaultHTTPErrorHandler(ctx, mux, m, w, r, err)
 }

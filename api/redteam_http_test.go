@@ -21,8 +21,6 @@ import (
 	"net"
 	"net/http"
 	"net/url"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -40,7 +38,6 @@ import (
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
-	"github.com/fencegate/fencegate/proxy/audit"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/proxy/redis"
 )
@@ -484,17 +481,7 @@ func TestRedTeamHTTPMethods(t *testing.T) {
 // audit log's lines or forge fields are escaped; every decision is one
 // line of JSON naming what was sent.
 func TestRedTeamHTTPAuditHostile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "audit.log")
-	alog, err := audit.Open(path, audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			alog.Close()
-		}
-	})
+	alog, records := testAudit(t)
 	r := startReplicaWith(t, replicaConfig{watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(), audit: alog})
 	c := db(t)
 	table := ledgerTable(t, c)
@@ -543,15 +530,7 @@ func TestRedTeamHTTPAuditHostile(t *testing.T) {
 		t.Fatalf("leader: got %d %v", got.code, got.body)
 	}
 	sent++
-	if err := alog.Close(); err != nil {
-		t.Fatal(err)
-	}
-	closed = true
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
+	lines, raw := records()
 	if len(lines) != sent {
 		t.Errorf("audit log: got %d lines for %d decisions:\n%s", len(lines), sent, raw)
 	}

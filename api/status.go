@@ -107,13 +107,3 @@ func hasErrorInfo(st *status.Status) bool {
 	}
 	return false
 }
-
-// withReason makes sure st carries an ErrorInfo: statuses made outside the
-// pipeline (a malformed JSON body, an oversized message) get reason
-// INVALID_REQUEST when they are INVALID_ARGUMENT.
-func withReason(st *status.Status) *status.Status {
-	if hasErrorInfo(st) || st.Code() != codes.InvalidArgument {
-		return st
-	}
-	return refusalStatus(&tokens.RefusalError{Reason: tokens.ReasonInvalidRequest, Msg: st.Message()})
-}

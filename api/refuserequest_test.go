@@ -4,8 +4,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -14,8 +12,8 @@ import (
 
 	"github.com/fencegate/fencegate/api"
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
+	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
-	"github.com/fencegate/fencegate/proxy/audit"
 	"github.com/fencegate/fencegate/proxy/policy"
 )
 
@@ -39,17 +37,7 @@ func TestUnreadableWritesGoThroughThePipeline(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(t.TempDir(), "audit.log")
-	alog, err := audit.Open(path, audit.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	closed := false
-	t.Cleanup(func() {
-		if !closed {
-			alog.Close()
-		}
-	})
+	alog, records := testAudit(t)
 	r := startReplicaWith(t, replicaConfig{watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(), policy: p, audit: alog})
 	c := db(t)
 	table := ledgerTable(t, c)
@@ -143,15 +131,7 @@ func TestUnreadableWritesGoThroughThePipeline(t *testing.T) {
 		}
 	}
 
-	if err := alog.Close(); err != nil {
-		t.Fatal(err)
-	}
-	closed = true
-	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lines := strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n")
+	lines, raw := records()
 	if len(lines) != sent {
 		t.Errorf("audit log: got %d records for %d refusals:\n%s", len(lines), sent, raw)
 	}
@@ -167,5 +147,72 @@ func TestUnreadableWritesGoThroughThePipeline(t *testing.T) {
 	}
 	if n := count(t, c, table); n != 0 {
 		t.Errorf("%d rows written by refused requests", n)
+	}
+}
+
+// TestUnreadableWritesMoveNothing: a write refused because it could not
+// be read never reaches the term decision, so the token it carries moves
+// nothing. Sent with the highest token there is, to an etcd fence and to
+// a monotonic one (where a verified token becomes the term), neither the
+// leader's next write nor a lower monotonic token is refused afterwards.
+// And unreadable writes to many fences nobody leads add no series of
+// their own to the metrics.
+func TestUnreadableWritesMoveNothing(t *testing.T) {
+	routes, err := election.ParseRoutes("mono-*=monotonic")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := startReplicaWith(t, replicaConfig{watch: true, proxy: proxy.DefaultConfig(), http: api.DefaultHTTPServerConfig(), routes: routes})
+	c := db(t)
+	table := ledgerTable(t, c)
+	fence := fenceName(t)
+	mono := "mono-" + fence
+	l := campaign(t, newEtcdClient(t), fence, "worker-1")
+	waitTerm(t, r, fence, l.token)
+
+	const highest = "9223372036854775807"
+	bodies := map[string]string{
+		"malformed json":      `{"statements":[{"sql":"INSERT INTO ` + table + `(worker, token) VALUES ('m', 1)"}`,
+		"unknown field":       `{"statements":[{"sql":"SELECT 1"}],"pipeline":true}`,
+		"param beyond 2^53":   `{"statements":[{"sql":"INSERT INTO ` + table + `(worker, token) VALUES ('m', $1)","params":[18014398509481985]}]}`,
+		"body over the limit": `{"statements":[{"sql":"SELECT 1 -- ` + strings.Repeat("x", 80<<10) + `"}]}`,
+	}
+	for _, f := range []string{fence, mono} {
+		for name, body := range bodies {
+			got := rtDo(t, http.MethodPost, r.url+"/v1/fences/"+f+"/sql", jsonHdr("Fencing-Token", highest), strings.NewReader(body), 0)
+			if got.code != http.StatusBadRequest || got.reason != "INVALID_REQUEST" {
+				t.Errorf("%s to %s with token %s: got %d %s, want 400 INVALID_REQUEST", name, f, highest, got.code, got.reason)
+			}
+		}
+	}
+	if got := execHTTP(t, r, fence, l.token, insert(table, "leader", l.token)); got.code != http.StatusOK {
+		t.Errorf("the leader of %s after the unreadable writes: got %d %v", fence, got.code, got.body)
+	}
+	if got := execHTTP(t, r, mono, 5, insert(table, "mono", 5)); got.code != http.StatusOK {
+		t.Errorf("token 5 on %s after unreadable writes with token %s: got %d %v (the term moved)", mono, highest, got.code, got.body)
+	}
+
+	const unknown = 40
+	for i := range unknown {
+		got := rtDo(t, http.MethodPost, fmt.Sprintf("%s/v1/fences/%s-nobody-%d/sql", r.url, fence, i), jsonHdr("Fencing-Token", "1"), strings.NewReader("{"), 0)
+		if got.code != http.StatusBadRequest {
+			t.Fatalf("unreadable write %d: got %d", i, got.code)
+		}
+	}
+	mfs, err := r.reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			for _, lp := range m.GetLabel() {
+				if lp.GetName() == "fence" && strings.Contains(lp.GetValue(), "-nobody-") {
+					t.Errorf("%s has a series of its own for fence %q, which nobody leads", mf.GetName(), lp.GetValue())
+				}
+			}
+		}
+	}
+	if got := metricValue(t, r, "fencegate_rejections_total", map[string]string{"fence": proxy.OtherFences, "reason": "invalid_request"}); got < unknown {
+		t.Errorf(`fencegate_rejections_total{fence=%q,reason="invalid_request"}: got %v, want at least %d`, proxy.OtherFences, got, unknown)
 	}
 }

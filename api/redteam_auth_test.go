@@ -51,7 +51,6 @@ import (
 	"github.com/fencegate/fencegate/api/pgwire"
 	"github.com/fencegate/fencegate/api/resp"
 	"github.com/fencegate/fencegate/election"
-	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/proxy/postgres"
@@ -192,7 +191,7 @@ func startRT(t *testing.T, policyYAML string, tokenNames ...string) *rtEnv {
 	t.Cleanup(func() { _ = hs.Close(); <-hdone })
 
 	// The PostgreSQL listener.
-	pgs, err := pgwire.New(gw, pgwire.Config{PostgresDSN: pgDSN, TLS: pgwire.TLSFrom(st.Config())})
+	pgs, err := pgwire.New(gw, pgwire.Config{PostgresDSN: pgDSN, TLS: pgwire.TLSFrom(st.Config()), Sessions: pg})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +265,8 @@ func (e *rtEnv) sql(t *testing.T, stmts ...string) {
 	}
 }
 
-// role creates a NOLOGIN role (for postgres_role) unless it exists.
+// role creates a NOLOGIN role (for postgres_role), or a LOGIN role for the
+// PostgreSQL listener (it needs no fencegate role), unless it exists.
 func (e *rtEnv) role(t *testing.T, name string, login bool) {
 	t.Helper()
 	kind := "NOLOGIN"
@@ -279,11 +279,6 @@ func (e *rtEnv) role(t *testing.T, name string, login bool) {
 	}
 	if !exists {
 		e.sql(t, "CREATE ROLE "+pgx.Identifier{name}.Sanitize()+" "+kind)
-	}
-	if login {
-		if err := migrations.GrantRuntime(t.Context(), e.admin, name); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 

@@ -38,6 +38,14 @@
 // locks no row, advance judges the token by the mark it reads and raises
 // none.
 //
+// From version 8 the PostgreSQL listener's check is advance_session(fence,
+// token), which anyone may run and which checks only the fence its session
+// is bound to (table fencegate.sessions, written only by bind_session and
+// unbind_session, which fencegate_runtime may run from fencegate's pool).
+// A listener client's login needs no fencegate role, so one that replaces
+// the check on its connection cannot reach advance or reset for another
+// fence.
+//
 // Apply is idempotent and safe to run from several replicas at once: it holds
 // a PostgreSQL session advisory lock while it creates the schema and runs
 // tern (which takes its own advisory lock too), so concurrent runs apply each

@@ -407,11 +407,14 @@ func TestAttackConnectionsReleased(t *testing.T) {
 
 // TestDynamicAdvanceRefused: a client cannot run the fence check itself
 // for another fence. Its text never names fencegate's schema here: the
-// SQL check cannot see into dynamic SQL, so the database refuses it
-// (migration 007: advance runs only as its transaction's first statement,
-// and a check that passed gave the transaction an id). Before 007 the
-// database refused a second call by a setting, fencegate.fenced, which
-// RESET ALL or set_config in dynamic SQL clears.
+// SQL check cannot see into dynamic SQL, so the database refuses it. Its
+// login may not run advance or advance_term at all (migration 008: the
+// listener's check is advance_session, and the listener refuses a login
+// that may run the others); advance_session, like advance since
+// migration 007, runs only as its transaction's first statement, and a
+// check that passed gave the transaction an id. Before 007 the database
+// refused a second call by a setting, fencegate.fenced, which RESET ALL
+// or set_config in dynamic SQL clears.
 func TestDynamicAdvanceRefused(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
@@ -423,18 +426,20 @@ func TestDynamicAdvanceRefused(t *testing.T) {
 	tok, _ := e.lead(t, "dyn")
 	const maxInt64 = "9223372036854775807"
 	adv := "EXECUTE 'SELECT fence' || 'gate.advance(''victim'', " + maxInt64 + ")';"
-	for _, tc := range []struct{ name, sql string }{
-		{"after RESET ALL", "DO $$ BEGIN EXECUTE 'RESET ALL'; " + adv + " END $$"},
-		{"after set_config", "DO $$ BEGIN EXECUTE 'SELECT set_' || 'config(''fence' || 'gate.fenced'', '''', true)'; " + adv + " END $$"},
-		{"advance_term", "DO $$ BEGIN EXECUTE 'RESET ALL'; EXECUTE 'SELECT fence' || 'gate.advance_term(''victim'', " + maxInt64 + ", ''pg_class'', ''hashtext'')'; END $$"},
+	const denied = "permission denied for function"
+	for _, tc := range []struct{ name, sql, code, msg string }{
+		{"after RESET ALL", "DO $$ BEGIN EXECUTE 'RESET ALL'; " + adv + " END $$", "42501", denied},
+		{"after set_config", "DO $$ BEGIN EXECUTE 'SELECT set_' || 'config(''fence' || 'gate.fenced'', '''', true)'; " + adv + " END $$", "42501", denied},
+		{"advance_term", "DO $$ BEGIN EXECUTE 'RESET ALL'; EXECUTE 'SELECT fence' || 'gate.advance_term(''victim'', " + maxInt64 + ", ''pg_class'', ''hashtext'')'; END $$", "42501", denied},
+		{"advance_session", "DO $$ BEGIN EXECUTE 'RESET ALL'; EXECUTE 'SELECT fence' || 'gate.advance_session(''victim'', " + maxInt64 + ")'; END $$", "FG006", "only as the first statement of a transaction"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := e.connect(t, "dyn", tok)
 			// The database's own error (the client's statement failed),
-			// not one of fencegate's: SQLSTATE FG006 and its message.
+			// not one of fencegate's.
 			_, err := c.Exec(ctx, tc.sql)
-			if code := wantCodeOf(err); code != "FG006" || !strings.Contains(err.Error(), "only as the first statement of a transaction") {
-				t.Fatalf("got %v, want SQLSTATE FG006: only as the first statement", err)
+			if code := wantCodeOf(err); code != tc.code || !strings.Contains(err.Error(), tc.msg) {
+				t.Fatalf("got %v, want SQLSTATE %s: %s", err, tc.code, tc.msg)
 			}
 			var mark uint64
 			if err := e.admin.QueryRow(ctx, "SELECT token FROM fencegate.fences WHERE name = 'victim'").Scan(&mark); err != nil {

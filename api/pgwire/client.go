@@ -314,15 +314,11 @@ func (c *session) query(body, raw []byte) error {
 	b, sp := beginMsg(c.out[:0], 'Q')
 	b = append(b, sql[:vd.setupEnd]...)
 	start := len(b)
-	if c.checkSQL != advanceSQL {
-		b = append(c.term.AppendInline(b, c.fence, uint64(adm.Token())), ';')
-	} else {
-		b = append(b, "SELECT fencegate.advance('"...)
-		b = append(b, c.fence...) // [A-Za-z0-9._-]: nothing to quote
-		b = append(b, "'::pg_catalog.text, "...)
-		b = strconv.AppendUint(b, uint64(adm.Token()), 10)
-		b = append(b, "::pg_catalog.int8);"...)
-	}
+	b = append(b, "SELECT fencegate.advance_session('"...)
+	b = append(b, c.fence...) // [A-Za-z0-9._-]: nothing to quote
+	b = append(b, "'::pg_catalog.text, "...)
+	b = strconv.AppendUint(b, uint64(adm.Token()), 10)
+	b = append(b, "::pg_catalog.int8);"...)
 	g := reply{msg: 'Q', prefix: len(b) - start, adm: adm, chg: -1, text: vd.text}
 	if vd.setup > 0 {
 		g.setup, g.at = vd.setup, vd.setupAt
@@ -757,7 +753,7 @@ func (c *session) check() error {
 		c.needPrepare = false
 		c.advGen++
 		c.advName = advName(c.advGen)
-		b = appendParse(b, c.advName, c.checkSQL)
+		b = appendParse(b, c.advName, checkSQL)
 		c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
 	}
 	b = appendBindCheck(b, c.advName, c.fence, uint64(adm.Token()))

@@ -30,7 +30,7 @@ const prefix = "/fencegate/elections"
 var (
 	etcdEndpoints []string
 	pgServer      *pgthrowaway.Server
-	workerDSN     string // fencegate_runtime member, trust
+	gatewayDSN    string // fencegate's own login: a fencegate_runtime member, trust
 )
 
 func TestMain(m *testing.M) { os.Exit(runMain(m)) }
@@ -56,8 +56,13 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	defer pgServer.Close()
-	workerDSN, err = pgServer.RuntimeRole(ctx, "worker")
+	gatewayDSN, err = pgServer.RuntimeRole(ctx, "gateway")
 	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// The listener's clients log in as worker, which has no fencegate role.
+	if _, err = pgServer.ListenerRole(ctx, "worker"); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
@@ -87,6 +92,9 @@ type envOptions struct {
 	termSources string
 	// audit, when set, gets the pipeline's audit records.
 	audit proxy.AuditLog
+	// poolDSN is fencegate's own login, on the database the listener
+	// serves; "" for gatewayDSN.
+	poolDSN string
 }
 
 func newEnvWith(t *testing.T, cfg pgwire.Config, o envOptions) *env {
@@ -113,7 +121,11 @@ func newEnvWith(t *testing.T, cfg pgwire.Config, o envOptions) *env {
 			t.Fatal("watch not synced")
 		}
 	}
-	pg, err := postgres.Open(ctx, workerDSN, postgres.DefaultConfig())
+	poolDSN := gatewayDSN
+	if o.poolDSN != "" {
+		poolDSN = o.poolDSN
+	}
+	pg, err := postgres.Open(ctx, poolDSN, postgres.DefaultConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,6 +146,9 @@ func newEnvWith(t *testing.T, cfg pgwire.Config, o envOptions) *env {
 	}
 	if cfg.PostgresDSN == "" {
 		cfg.PostgresDSN = pgServer.DSN()
+	}
+	if cfg.Sessions == nil {
+		cfg.Sessions = pg
 	}
 	srv, err := pgwire.New(gw, cfg)
 	if err != nil {

@@ -11,7 +11,7 @@
 // a transaction, and fencegate answers it and SHOW fencegate.* itself, in
 // the extended protocol too (localSegment). Before the first client
 // statement of every transaction, fencegate inserts the fence check
-// (fencegate.advance) into the client's stream, in that same transaction,
+// (fencegate.advance_session) into the client's stream, in that same transaction,
 // and drops its replies (PgBouncer's outstanding-request queue): a refused
 // check fails the transaction. The decision on the token is the
 // pipeline's (proxy.Gateway.AdmitSQL), shared with gRPC and HTTP.
@@ -88,11 +88,24 @@ type Config struct {
 	// open are checked for a term that ended under them (see
 	// Server.Serve); 0 means 100 ms.
 	EndedCheckInterval time.Duration
-	// TermCheck, when set, names the fences whose term source is
-	// postgres-term: their sessions' transactions start with that fence
-	// check (fencegate.advance_term) instead of fencegate.advance.
-	TermCheck func(fence string) (postgres.TermCheck, bool)
+	// Sessions binds each session's server connection to its fence
+	// (fencegate.bind_session, from fencegate's own pool), so that its
+	// fence check (fencegate.advance_session) checks that fence and no
+	// other; a postgres.Backend. Required.
+	Sessions Sessions
 }
+
+// Sessions binds the database sessions of the listener's clients to
+// their fences; *postgres.Backend is one.
+type Sessions interface {
+	// BindSession binds the session of process pid, logged in as login,
+	// to fence.
+	BindSession(ctx context.Context, pid uint32, login, fence string) error
+	// UnbindSession ends the binding of process pid's session.
+	UnbindSession(ctx context.Context, pid uint32) error
+}
+
+var _ Sessions = (*postgres.Backend)(nil)
 
 // Server serves the PostgreSQL protocol in front of one database server.
 type Server struct {
@@ -122,6 +135,7 @@ type target struct {
 	network, addr string
 	tls           *tls.Config // nil: plain
 	tlsOptional   bool        // sslmode=prefer: plain when the server says 'N'
+	database      string      // --postgres-dsn's database, the only one served; "" for any
 	timeout       time.Duration
 }
 
@@ -130,11 +144,14 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	if gw == nil {
 		return nil, errors.New("pgwire: no gateway")
 	}
+	if cfg.Sessions == nil {
+		return nil, errors.New("pgwire: no Sessions to bind sessions to their fences")
+	}
 	pc, err := pgconn.ParseConfig(cfg.PostgresDSN)
 	if err != nil {
 		return nil, fmt.Errorf("pgwire: --postgres-dsn: %w", err)
 	}
-	t := target{network: "tcp", addr: net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), tls: pc.TLSConfig, timeout: pc.ConnectTimeout}
+	t := target{network: "tcp", addr: net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), tls: pc.TLSConfig, timeout: pc.ConnectTimeout, database: pc.Database}
 	if len(pc.Host) > 0 && pc.Host[0] == '/' {
 		t.network, t.addr = "unix", pc.Host+"/.s.PGSQL."+strconv.Itoa(int(pc.Port))
 	}

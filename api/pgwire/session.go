@@ -112,8 +112,7 @@ type session struct {
 	out         []byte
 	advName     string
 	advGen      int
-	term        postgres.TermCheck // the fence's postgres-term check; zero for advance
-	checkSQL    string             // the fence check the session prepares
+	bound       bool // BindSession was called for the server connection's process
 	needPrepare bool
 	segStart    bool
 	segStatus   byte   // the transaction status the segment started in
@@ -301,7 +300,8 @@ func (c *session) run() {
 	c.done(err)
 }
 
-// done calls Done for every admission still open, once.
+// done calls Done for every admission still open, and ends the
+// session's binding to its fence, once; after close.
 func (c *session) done(_ error) {
 	c.doneOnce.Do(func() {
 		if c.cancelPID != 0 {
@@ -335,6 +335,7 @@ func (c *session) done(_ error) {
 		for _, a := range adms {
 			a.Done(tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, a.Token(), "connection closed before the fence check's answer"), "", 0)
 		}
+		c.unbind()
 	})
 }
 

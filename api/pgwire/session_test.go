@@ -38,7 +38,7 @@ func TestAuthRelay(t *testing.T) {
 	}
 	var hba strings.Builder
 	for _, m := range methods {
-		if _, err := pgServer.RuntimeRole(ctx, m.role); err != nil {
+		if _, err := pgServer.ListenerRole(ctx, m.role); err != nil {
 			t.Fatal(err)
 		}
 		for _, sql := range []string{
@@ -726,7 +726,7 @@ func TestDiscardAll(t *testing.T) {
 func TestTempTablesAndShow(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
-	if _, err := pgServer.RuntimeRole(ctx, "temp_user"); err != nil {
+	if _, err := pgServer.ListenerRole(ctx, "temp_user"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := e.admin.Exec(ctx, "GRANT TEMPORARY ON DATABASE postgres TO temp_user"); err != nil {

@@ -2,6 +2,7 @@ package pgwire
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/tls"
 	"encoding/binary"
@@ -28,15 +29,26 @@ const (
 	codeCancel = 80877102
 )
 
-// advanceSQL is fencegate's fence check, prepared on every server
-// connection. Types are schema-qualified: no search_path of the
-// client's changes what it calls.
-const advanceSQL = "SELECT fencegate.advance($1::pg_catalog.text, $2::pg_catalog.int8)"
+// checkSQL is fencegate's fence check, prepared on every server
+// connection: advance (or advance_term) of the fence fencegate bound the
+// session to, and of no other. Types are schema-qualified: no
+// search_path of the client's changes what it calls.
+const checkSQL = "SELECT fencegate.advance_session($1::pg_catalog.text, $2::pg_catalog.int8)"
 
-// roleCheckSQL is true when the login is a superuser, or may become one
-// or fencegate_owner: its statements could then change the fences.
-const roleCheckSQL = "SELECT pg_catalog.bool_or(pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')) " +
-	"FROM pg_catalog.pg_roles r WHERE r.rolsuper OR r.rolname = 'fencegate_owner'"
+// roleCheckSQL says what the login may do to the fences beyond its own
+// session's check: 'owner' when it is a superuser, or may become one or
+// fencegate_owner; 'runtime' when it may become a role that may run
+// fencegate's own functions for any fence (advance, advance_term, reset,
+// bind_session: fencegate_runtime's); empty when neither. Membership is the
+// session user's, with or without INHERIT: SET ROLE reaches it too.
+const roleCheckSQL = "SELECT CASE WHEN pg_catalog.bool_or(r.rolsuper OR r.rolname = 'fencegate_owner') THEN 'owner' " +
+	"WHEN pg_catalog.bool_or(" +
+	"pg_catalog.has_function_privilege(r.oid, 'fencegate.advance(pg_catalog.text, pg_catalog.int8)', 'EXECUTE') OR " +
+	"pg_catalog.has_function_privilege(r.oid, 'fencegate.advance_term(pg_catalog.text, pg_catalog.int8, pg_catalog.text, pg_catalog.text)', 'EXECUTE') OR " +
+	"pg_catalog.has_function_privilege(r.oid, 'fencegate.reset(pg_catalog.text, pg_catalog.int8)', 'EXECUTE') OR " +
+	"pg_catalog.has_function_privilege(r.oid, 'fencegate.bind_session(pg_catalog.int4, pg_catalog.name, pg_catalog.text, pg_catalog.text, pg_catalog.text)', 'EXECUTE')" +
+	") THEN 'runtime' ELSE '' END " +
+	"FROM pg_catalog.pg_roles r WHERE pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')"
 
 // fatal is a connection refused at its start.
 type fatal struct{ code, msg string }
@@ -219,6 +231,11 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 	if user == "" {
 		return fail(&fatal{code: "28000", msg: "fencegate: no PostgreSQL user name specified in startup packet"})
 	}
+	if db := cmp.Or(params["database"], user); s.target.database != "" && db != s.target.database {
+		// Its sessions could not be bound: fencegate binds them, and
+		// keeps the fences, in --postgres-dsn's database.
+		return fail(refuseStart("FG006", tokens.ReasonInvalidRequest, "database %.64q: this listener serves database %q (--postgres-dsn's), where fencegate keeps the fences", db, s.target.database))
+	}
 	// PostgreSQL cuts a user name to 63 bytes (NAMEDATALEN - 1) and logs
 	// the client in as that role: the principal postgres:<user> is the
 	// role logged in, not what the client sent, or a deny rule naming the
@@ -249,12 +266,6 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 	_ = server.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
 	sess := newSession(s, client, server)
 	sess.fence, sess.token, sess.user = fence, token, user
-	sess.checkSQL = advanceSQL
-	if s.cfg.TermCheck != nil {
-		if tc, ok := s.cfg.TermCheck(fence); ok {
-			sess.term, sess.checkSQL = tc, tc.SQL()
-		}
-	}
 	out, err := (&pgproto3.StartupMessage{ProtocolVersion: sm.ProtocolVersion, Parameters: params}).Encode(nil)
 	if err == nil {
 		_, err = server.Write(out)
@@ -507,7 +518,7 @@ func (c *session) afterLogin() error {
 		case 'Z':
 			status := body[0]
 			if superuser && !c.s.cfg.Insecure {
-				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q is a superuser, whose statements could change the fences: log in as a role that is a member of fencegate_runtime only (or start fencegate with --insecure)", c.user)
+				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q is a superuser, whose statements could change the fences: log in as a role that is not (or start fencegate with --insecure)", c.user)
 			}
 			if err := c.prepare(); err != nil {
 				return err
@@ -523,11 +534,12 @@ func (c *session) afterLogin() error {
 
 // prepare prepares the fence check on the server connection and checks
 // the login's roles, in one round trip whose replies the client never
-// sees.
+// sees, and meanwhile binds the session to its fence from fencegate's own
+// pool: until it is bound, its check refuses every transaction.
 func (c *session) prepare() error {
 	c.advGen = 1
 	c.advName = advName(c.advGen)
-	b := appendParse(c.out[:0], c.advName, c.checkSQL)
+	b := appendParse(c.out[:0], c.advName, checkSQL)
 	b = appendParse(b, "", roleCheckSQL)
 	b, sp := beginMsg(b, 'B')
 	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // unnamed portal and statement, no formats, no params, no result formats
@@ -541,8 +553,11 @@ func (c *session) prepare() error {
 	if err := c.sw.Flush(); err != nil {
 		return c.startLost(err)
 	}
-	owner := false
-	var failure string
+	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.StartupTimeout)
+	c.bound = true // unbound when the session ends, whatever this returns
+	bindErr := c.s.cfg.Sessions.BindSession(ctx, c.serverPID, c.user, c.fence)
+	cancel()
+	var reach, failure string
 	for {
 		t, body, _, err := c.sr.next()
 		if err != nil {
@@ -551,8 +566,10 @@ func (c *session) prepare() error {
 		switch t {
 		case 'D':
 			// One column: int16 count, int32 length, value.
-			if len(body) >= 7 && int32(binary.BigEndian.Uint32(body[2:6])) == 1 && body[6] == 't' {
-				owner = true
+			if len(body) >= 6 {
+				if n := int32(binary.BigEndian.Uint32(body[2:6])); n > 0 && int(n) <= len(body)-6 {
+					reach = string(body[6 : 6+n])
+				}
 			}
 		case 'E':
 			if failure == "" {
@@ -561,15 +578,39 @@ func (c *session) prepare() error {
 		case 'Z':
 			if failure != "" {
 				return &fatal{code: "FG005", msg: "fencegate: BACKEND_UNAVAILABLE: cannot prepare the fence check (" + failure +
-					"): run fencegate migrate, and make the login a member of fencegate_runtime (fencegate migrate --runtime-role)"}
+					"): run fencegate migrate"}
 			}
-			if owner && !c.s.cfg.Insecure {
-				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q is a superuser or may become fencegate_owner, whose statements could change the fences: log in as a role that is a member of fencegate_runtime only (or start fencegate with --insecure)", c.user)
+			switch {
+			case c.s.cfg.Insecure:
+			case reach == "owner":
+				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q is a superuser or may become fencegate_owner, whose statements could change the fences: log in as a role that is not (or start fencegate with --insecure)", c.user)
+			case reach == "runtime":
+				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q may run fencegate's own functions (a member of fencegate_runtime, as fencegate's --postgres-dsn login is), whose statements could move any fence's mark: log in as a role that is not (or start fencegate with --insecure)", c.user)
+			}
+			if bindErr != nil {
+				return &fatal{code: "08006", msg: "fencegate: BACKEND_UNAVAILABLE: cannot bind the session to its fence: " + bindErr.Error()}
 			}
 			return nil
 		}
 	}
 }
+
+// unbind ends the session's binding to its fence, once its server
+// connection is closed.
+func (c *session) unbind() {
+	if !c.bound {
+		return
+	}
+	c.bound = false
+	ctx, cancel := context.WithTimeout(context.Background(), unbindTimeout)
+	defer cancel()
+	if err := c.s.cfg.Sessions.UnbindSession(ctx, c.serverPID); err != nil {
+		c.s.log.Debug("pgwire: cannot unbind a session (the next bind drops it)", "pid", c.serverPID, "err", err)
+	}
+}
+
+// unbindTimeout bounds unbinding a session that ended.
+const unbindTimeout = 2 * time.Second
 
 func advName(gen int) string { return "fencegate_advance_" + itoa(int64(gen)) }
 

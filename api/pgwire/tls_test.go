@@ -32,7 +32,10 @@ func TestTLSBothWays(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	if _, err := db.RuntimeRole(ctx, "worker"); err != nil {
+	if _, err := db.ListenerRole(ctx, "worker"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.RuntimeRole(ctx, "gateway"); err != nil {
 		t.Fatal(err)
 	}
 	admin, err := pgx.Connect(ctx, db.DSN())
@@ -58,12 +61,12 @@ func TestTLSBothWays(t *testing.T) {
 
 	for _, mode := range []string{"verify-full", "require"} {
 		t.Run("to the database with sslmode="+mode, func(t *testing.T) {
-			e := newEnv(t, pgwire.Config{
+			e := newEnvWith(t, pgwire.Config{
 				PostgresDSN: fmt.Sprintf("postgres://ignored@localhost:%d/postgres?sslmode=%s&sslrootcert=%s", db.Port(), mode, ca.File),
 				TLS: func() *tls.Config {
 					return &tls.Config{Certificates: []tls.Certificate{gwCert.TLS}, MinVersion: tls.VersionTLS12}
 				},
-			})
+			}, envOptions{poolDSN: fmt.Sprintf("postgres://gateway@localhost:%d/postgres?sslmode=%s&sslrootcert=%s", db.Port(), mode, ca.File)})
 			tok, _ := e.lead(t, "tls")
 			cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 			defer cancel()

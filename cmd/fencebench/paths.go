@@ -308,7 +308,7 @@ func (e *env) pgOps(ctx context.Context, path string, ops []op, at func(int) tar
 	dsn := e.workerDSN
 	switch path {
 	case pgWire:
-		dsn = fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", benchWorkerRole, e.gate.pgAddr)
+		dsn = fmt.Sprintf("postgres://%s@%s/postgres?sslmode=disable", benchListenerRole, e.gate.pgAddr)
 	case pgBouncer, pgBouncerFenced:
 		dsn = e.bouncer.dsn(benchWorkerRole)
 	}

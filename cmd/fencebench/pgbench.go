@@ -61,12 +61,14 @@ type pgbenchRun struct {
 func (b *bench) pgbenchCommand(target, dir string, clients int, token int64) pgbenchRun {
 	host, port := hostPort(b.env.pgDSNAddr())
 	script := filepath.Join(dir, "plain.sql")
+	user := benchWorkerRole
 	var env []string
 	switch target {
 	case pgbenchDirectFenced:
 		script = filepath.Join(dir, "fenced.sql")
 	case pgbenchWire:
 		host, port = hostPort(b.env.gate.pgAddr)
+		user = benchListenerRole
 		env = append(env, fmt.Sprintf("PGOPTIONS=-c fencegate.fence=%s -c fencegate.token=%d", pgbenchFence, token))
 	case pgbenchBouncer:
 		host, port = hostPort(b.env.bouncer.addr)
@@ -80,7 +82,7 @@ func (b *bench) pgbenchCommand(target, dir string, clients int, token int64) pgb
 	secs := max(5, int((b.cfg.duration+time.Second/2)/time.Second))
 	args := []string{
 		"-n", "-M", "prepared", "-f", script, "-c", strconv.Itoa(clients), "-j", strconv.Itoa(min(clients, 2)),
-		"-T", strconv.Itoa(secs), "-l", "--log-prefix=" + pgbenchLogPrefix, "-h", host, "-p", port, "-U", benchWorkerRole, "postgres",
+		"-T", strconv.Itoa(secs), "-l", "--log-prefix=" + pgbenchLogPrefix, "-h", host, "-p", port, "-U", user, "postgres",
 	}
 	return pgbenchRun{args: args, env: env}
 }

@@ -55,9 +55,10 @@ type env struct {
 	// pgGatewayDSN is the role fencegate serves as.
 	pgGatewayDSN string
 	// workerDSN is the role the PostgreSQL paths' clients log in as,
-	// directly or through fencegate's listener or pgbouncer: a member of
-	// fencegate_runtime that is not a superuser, as fencegate's listener
-	// requires.
+	// directly or through pgbouncer: a member of fencegate_runtime (the
+	// fenced paths call fencegate.advance) that is not a superuser.
+	// Through fencegate's listener they log in as benchListenerRole,
+	// which has no fencegate role, as the listener requires.
 	workerDSN string
 	redisAddr string
 	// proxiedRedis is where fencegate and nutcracker reach Redis:
@@ -117,6 +118,9 @@ func startEnv(ctx context.Context, cfg config) (*env, error) {
 		return nil, err
 	}
 	if e.workerDSN, err = e.pg.RuntimeRole(ctx, benchWorkerRole); err != nil {
+		return nil, err
+	}
+	if _, err = e.pg.ListenerRole(ctx, benchListenerRole); err != nil {
 		return nil, err
 	}
 	// Where fencegate, pgbouncer and nutcracker reach the databases.
@@ -199,8 +203,12 @@ func (e *env) truncate(ctx context.Context) error {
 	return err
 }
 
-// benchWorkerRole is the role of the PostgreSQL paths' clients.
-const benchWorkerRole = "bench_worker"
+// benchWorkerRole is the role of the PostgreSQL paths' clients, and
+// benchListenerRole that of pg-wire's.
+const (
+	benchWorkerRole   = "bench_worker"
+	benchListenerRole = "bench_listener"
+)
 
 // raiseMaxConnections sets max_connections and restarts the server.
 func raiseMaxConnections(ctx context.Context, pg *pgthrowaway.Server, n int) error {

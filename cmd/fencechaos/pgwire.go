@@ -65,10 +65,10 @@ func checkProtocol(cfg *campaignConfig) error {
 
 // pgwireLogin is the pgwire workers' PostgreSQL login. On the drop-in path
 // statements run with the client's own privileges (a policy's
-// postgres_role is not applied), so it may only append to the ledger, and
-// run the fence check (fencegate_runtime), as a deployment's worker login
-// would: not a superuser, and unable to become fencegate_owner, or the
-// listener refuses it.
+// postgres_role is not applied), so it may only append to the ledger, as
+// a deployment's worker login would: not a superuser, and with no
+// fencegate role (fencegate_owner or fencegate_runtime), or the listener
+// refuses it.
 const pgwireLogin = "chaos_pgwire"
 
 // createPgwireLogin creates the pgwire workers' login on pg and returns
@@ -82,7 +82,6 @@ func createPgwireLogin(ctx context.Context, conn *pgx.Conn, pg *pgthrow.Server) 
 		"CREATE ROLE " + r + " LOGIN NOSUPERUSER NOCREATEDB NOCREATEROLE PASSWORD " + sqlQuote(password),
 		"GRANT INSERT ON ledger TO " + r,
 		"GRANT USAGE ON SEQUENCE ledger_id_seq TO " + r,
-		"GRANT fencegate_runtime TO " + r,
 	} {
 		if _, err := conn.Exec(ctx, sql); err != nil {
 			return "", fmt.Errorf("pgwire login: %s: %w", sql, err)

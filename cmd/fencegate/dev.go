@@ -66,10 +66,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	cfg.EtcdEndpoints = strings.Join(etcd.Endpoints(), ",")
 	// As in a deployment: fencegate serves as a role that is not a
-	// superuser and may only run the fence check on its own schema; the
-	// printed DSN is the superuser's, for creating tables.
-	cfg.PostgresDSN, err = pg.RuntimeRole(ctx, devRole)
+	// superuser and may only run the fence check on its own schema, and
+	// the PostgreSQL listener's clients log in as another, with no
+	// fencegate role; the printed DSN is the superuser's, for creating
+	// tables.
+	cfg.PostgresDSN, err = pg.RuntimeRole(ctx, devGatewayRole)
 	if err != nil {
+		return err
+	}
+	if _, err := pg.ListenerRole(ctx, devRole); err != nil {
 		return err
 	}
 
@@ -88,5 +93,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	return serve(ctx, cfg, log, func() { printDevBanner(stdout, cfg, pg.DSN()) })
 }
 
-// devRole is the role fencegate dev serves PostgreSQL writes as.
-const devRole = "fencegate_dev"
+// devGatewayRole is the role fencegate dev serves PostgreSQL writes as,
+// and devRole the one the PostgreSQL listener's clients log in as.
+const (
+	devGatewayRole = "fencegate_dev_gw"
+	devRole        = "fencegate_dev"
+)

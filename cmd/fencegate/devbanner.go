@@ -28,7 +28,7 @@ func printDevBanner(w io.Writer, cfg serveConfig, adminDSN string) {
 	fmt.Fprintf(w, `
 fencegate dev is up.
   etcd        %s  (embedded)
-  PostgreSQL  %s  (throwaway; fencegate writes as role `+devRole+`)
+  PostgreSQL  %s  (throwaway; fencegate writes as role `+devGatewayRole+`, psql as `+devRole+`)
   Redis       %s
   gRPC        %s   HTTP %s
 %s

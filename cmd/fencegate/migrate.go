@@ -15,8 +15,9 @@ const migrateSummary = `Apply fencegate's schema (schema fencegate: the fences t
 function, owned by role fencegate_owner) to PostgreSQL and exit, as a role
 that may create schemas and roles. --runtime-role makes the roles fencegate
 serves as members of fencegate_runtime, which may run the fence check and
-nothing else on fencegate's schema. Safe to run again, and from several
-replicas at once.`
+nothing else on fencegate's schema. The PostgreSQL listener's clients log in
+as roles of their own, which need no fencegate role (and must not be these).
+Safe to run again, and from several replicas at once.`
 
 func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	var dsn string

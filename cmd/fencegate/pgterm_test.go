@@ -46,6 +46,10 @@ func newPgTermEnv(t *testing.T) *pgTermEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The PostgreSQL listener's clients log in as app, with no fencegate role.
+	if _, err := pg.ListenerRole(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
 	admin, err := pgx.Connect(ctx, pg.DSN())
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +58,7 @@ func newPgTermEnv(t *testing.T) *pgTermEnv {
 	if _, err := admin.Exec(ctx, `CREATE TABLE leadership_term (name text PRIMARY KEY, term bigint NOT NULL);
 GRANT SELECT, UPDATE (term) ON leadership_term TO fencegate_owner;
 CREATE TABLE jobs_done (v text);
-GRANT SELECT, INSERT ON jobs_done TO gw`); err != nil {
+GRANT SELECT, INSERT ON jobs_done TO gw, app`); err != nil {
 		t.Fatal(err)
 	}
 	e := &pgTermEnv{pg: pg, admin: admin, httpAddr: freeport.Addr(t), pgAddr: freeport.Addr(t), log: &syncBuffer{}}
@@ -164,7 +168,7 @@ func (e *pgTermEnv) do(t *testing.T, req *http.Request) string {
 // SQLSTATE and message ("" when accepted).
 func (e *pgTermEnv) pgWrite(t *testing.T, fence string, tok uint64, v string) string {
 	t.Helper()
-	conn, err := pgx.Connect(t.Context(), fmt.Sprintf("postgres://gw@%s/postgres?sslmode=disable&fencegate.fence=%s&fencegate.token=%d", e.pgAddr, fence, tok))
+	conn, err := pgx.Connect(t.Context(), fmt.Sprintf("postgres://app@%s/postgres?sslmode=disable&fencegate.fence=%s&fencegate.token=%d", e.pgAddr, fence, tok))
 	if err != nil {
 		t.Fatal(err)
 	}

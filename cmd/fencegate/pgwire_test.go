@@ -23,13 +23,13 @@ import (
 // not allow is refused with 42501 and writes nothing; a stale token is
 // refused with FG001. On the listener's Unix socket psql connects without
 // TLS, as to PostgreSQL's own, and the policy still applies: principal
-// postgres:gw, which no rule names, is refused.
+// postgres:app, which no rule names, is refused.
 func TestServePgListener(t *testing.T) {
 	ctx := t.Context()
 	e := newSecureEnv(t)
 	for _, sql := range []string{
 		"CREATE TABLE pg_t (v text)",
-		"GRANT SELECT, INSERT ON pg_t TO gw",
+		"GRANT SELECT, INSERT ON pg_t TO app",
 	} {
 		if _, err := e.admin.Exec(ctx, sql); err != nil {
 			t.Fatal(err)
@@ -49,7 +49,7 @@ func TestServePgListener(t *testing.T) {
 		"--trusted-ca-file="+e.ca.File, "--policy-file="+policyFile)
 	tok := e.lead(t, "a", "alice")
 	connect := func(cert *authtest.Issued, token uint64) (*pgx.Conn, error) {
-		cfg, err := pgx.ParseConfig(fmt.Sprintf("postgres://gw@%s/postgres?sslmode=require&fencegate.fence=a&fencegate.token=%d", pgAddr, token))
+		cfg, err := pgx.ParseConfig(fmt.Sprintf("postgres://app@%s/postgres?sslmode=require&fencegate.fence=a&fencegate.token=%d", pgAddr, token))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,11 +89,11 @@ func TestServePgListener(t *testing.T) {
 	}
 
 	_, pgPort, _ := strings.Cut(pgAddr, ":")
-	psql := exec.CommandContext(ctx, "psql", "-h", sockDir, "-p", pgPort, "-U", "gw", "-v", "ON_ERROR_STOP=1", "-c", "INSERT INTO pg_t VALUES ('socket')", "postgres")
+	psql := exec.CommandContext(ctx, "psql", "-h", sockDir, "-p", pgPort, "-U", "app", "-v", "ON_ERROR_STOP=1", "-c", "INSERT INTO pg_t VALUES ('socket')", "postgres")
 	psql.Env = append(os.Environ(), fmt.Sprintf("PGOPTIONS=-c fencegate.fence=a -c fencegate.token=%d", tok))
 	out, err := psql.CombinedOutput()
-	if err == nil || !strings.Contains(string(out), `fencegate: NOT_AUTHORIZED: "postgres:gw" may not sql.write fence "a"`) {
-		t.Fatalf("psql over the Unix socket: %v: %s; want the policy's refusal of postgres:gw", err, out)
+	if err == nil || !strings.Contains(string(out), `fencegate: NOT_AUTHORIZED: "postgres:app" may not sql.write fence "a"`) {
+		t.Fatalf("psql over the Unix socket: %v: %s; want the policy's refusal of postgres:app", err, out)
 	}
 	if got := e.count(t, "pg_t"); got != 1 {
 		t.Fatalf("got %d rows after the socket's refused write, want 1", got)

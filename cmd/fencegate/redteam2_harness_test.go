@@ -116,13 +116,17 @@ func newRT2Env(t *testing.T) *rt2Env {
 	if _, err := e.pg.RuntimeRole(ctx, "gw"); err != nil {
 		t.Fatal(err)
 	}
+	// The PostgreSQL listener's clients log in as app, with no fencegate role.
+	if _, err := e.pg.ListenerRole(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
 	if e.admin, err = pgx.Connect(ctx, e.pg.DSN()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e.admin.Close(context.WithoutCancel(ctx)) })
 	for _, sql := range []string{
 		"CREATE TABLE rt2 (id text PRIMARY KEY)",
-		"GRANT SELECT, INSERT ON rt2 TO gw",
+		"GRANT SELECT, INSERT ON rt2 TO gw, app",
 	} {
 		if _, err := e.admin.Exec(ctx, sql); err != nil {
 			t.Fatalf("%s: %v", sql, err)
@@ -547,7 +551,7 @@ func (l *rt2Load) start(t *testing.T, p *rt2Proc, n int) {
 				if c == nil || c.IsClosed() {
 					ctx, cancel := context.WithTimeout(bg, 5*time.Second)
 					var err error
-					c, err = pgx.Connect(ctx, fmt.Sprintf("postgres://gw@%s/postgres?sslmode=disable&fencegate.fence=%s&fencegate.token=%s", p.pg, l.fence, tok))
+					c, err = pgx.Connect(ctx, fmt.Sprintf("postgres://app@%s/postgres?sslmode=disable&fencegate.fence=%s&fencegate.token=%s", p.pg, l.fence, tok))
 					cancel()
 					if err != nil {
 						c = nil

@@ -122,7 +122,7 @@ func TestRedTeam2DrainObservable(t *testing.T) {
 	p := e.startServe(t, "--shutdown-timeout=20s")
 	tok, _ := e.lead(t, "rt", "w1")
 	ctx := t.Context()
-	c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://gw@%s/postgres?sslmode=disable&fencegate.fence=rt&fencegate.token=%d", p.pg, tok))
+	c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://app@%s/postgres?sslmode=disable&fencegate.fence=rt&fencegate.token=%d", p.pg, tok))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestRedTeam2DrainTermEnds(t *testing.T) {
 			p := e.startServe(t, "--shutdown-timeout=20s")
 			tok, resign := e.lead(t, "rt", "w1")
 			ctx := t.Context()
-			c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://gw@%s/postgres?sslmode=disable&fencegate.fence=rt&fencegate.token=%d", p.pg, tok))
+			c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://app@%s/postgres?sslmode=disable&fencegate.fence=rt&fencegate.token=%d", p.pg, tok))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -114,7 +114,7 @@ func TestRedTeam2MetricsMatchClients(t *testing.T) {
 
 	// PostgreSQL listener
 	pgc := func(fence string, token uint64) *pgx.Conn {
-		c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://gw@%s/postgres?sslmode=disable&fencegate.fence=%s&fencegate.token=%d", p.pg, fence, token))
+		c, err := pgx.Connect(ctx, fmt.Sprintf("postgres://app@%s/postgres?sslmode=disable&fencegate.fence=%s&fencegate.token=%d", p.pg, fence, token))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -180,7 +180,7 @@ func TestRedTeam2MetricsMatchClients(t *testing.T) {
 			t.Fatalf("resp hostile: %v %s", out, msg)
 		}
 		ec.Close()
-		pc, err := pgx.Connect(ctx, fmt.Sprintf("postgres://gw@%s/postgres?sslmode=disable&fencegate.fence=%sp&fencegate.token=7", p.pg, name))
+		pc, err := pgx.Connect(ctx, fmt.Sprintf("postgres://app@%s/postgres?sslmode=disable&fencegate.fence=%sp&fencegate.token=7", p.pg, name))
 		if err != nil {
 			t.Fatal(err)
 		}

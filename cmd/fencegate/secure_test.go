@@ -73,6 +73,10 @@ func newSecureEnv(t *testing.T) *secureEnv {
 	if _, err := e.pg.RuntimeRole(ctx, "gw"); err != nil {
 		t.Fatal(err)
 	}
+	// The PostgreSQL listener's clients log in as app, with no fencegate role.
+	if _, err := e.pg.ListenerRole(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{"a", "b"} {
 		for _, sql := range []string{
 			fmt.Sprintf("CREATE TABLE %s_t (v text)", f),

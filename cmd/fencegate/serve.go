@@ -352,7 +352,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 			MaxFenceName:   cfg.Proxy.MaxFenceName,
 			MaxConnections: cfg.MaxClientConns,
 			Logger:         log,
-			TermCheck:      cfg.Postgres.TermCheck,
+			Sessions:       pg,
 		})
 		if err != nil {
 			return err

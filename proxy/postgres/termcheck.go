@@ -51,40 +51,9 @@ func NewTermCheck(table, lockKey string) (TermCheck, error) {
 	}, nil
 }
 
-// SQL is the check with its parameters typed as a protocol front binds
-// them: $1 the fence (text), $2 the token (int8).
-func (tc TermCheck) SQL() string { return tc.sql }
-
 // typedParams are the check's parameters, typed so that no overload a role
 // with CREATE on the schema planted is preferred (advanceSQL).
 const typedParams = "$1::pg_catalog.text, $2::pg_catalog.int8"
-
-// AppendInline appends the check of fence with token t as one statement of a simple
-// query, without a trailing ';'. fence must be a valid fence name (letters,
-// digits, '.', '_', '-'): it is not quoted.
-func (tc TermCheck) AppendInline(b []byte, fence string, t uint64) []byte {
-	b = append(b, termCheckPrefix...)
-	b = append(b, '\'')
-	b = append(b, fence...)
-	b = append(b, "'::pg_catalog.text, "...)
-	b = appendUint(b, t)
-	b = append(b, "::pg_catalog.int8"...)
-	return append(b, tc.sql[len(termCheckPrefix)+len(typedParams):]...)
-}
-
-func appendUint(b []byte, v uint64) []byte {
-	var d [20]byte
-	i := len(d)
-	for {
-		i--
-		d[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			break
-		}
-	}
-	return append(b, d[i:]...)
-}
 
 // quoteLiteral is s as a standard-conforming SQL string literal.
 func quoteLiteral(s string) string {

@@ -336,6 +336,18 @@ func (s *Server) DSNAs(role string) string {
 // the superuser creates in schema public, as an application's role would
 // have, and no temporary tables. It returns role's DSN.
 func (s *Server) RuntimeRole(ctx context.Context, role string) (string, error) {
+	return s.appRole(ctx, role, true)
+}
+
+// ListenerRole is RuntimeRole for a login that clients of fencegate's
+// PostgreSQL listener use: the same use of schema public's tables and
+// sequences, and no fencegate role (the listener refuses a login that may
+// run fencegate's own functions).
+func (s *Server) ListenerRole(ctx context.Context, role string) (string, error) {
+	return s.appRole(ctx, role, false)
+}
+
+func (s *Server) appRole(ctx context.Context, role string, runtime bool) (string, error) {
 	conn, err := pgx.Connect(ctx, s.DSN())
 	if err != nil {
 		return "", fmt.Errorf("throwaway postgres: %w", err)
@@ -366,8 +378,10 @@ func (s *Server) RuntimeRole(ctx context.Context, role string) (string, error) {
 			return "", fmt.Errorf("throwaway postgres: %s: %w", sql, err)
 		}
 	}
-	if err := migrations.GrantRuntime(ctx, conn, role); err != nil {
-		return "", fmt.Errorf("throwaway postgres: %w", err)
+	if runtime {
+		if err := migrations.GrantRuntime(ctx, conn, role); err != nil {
+			return "", fmt.Errorf("throwaway postgres: %w", err)
+		}
 	}
 	return s.DSNAs(role), nil
 }

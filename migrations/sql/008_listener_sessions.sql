@@ -1,0 +1,140 @@
+-- The PostgreSQL listener's sessions, each bound to its fence.
+--
+-- A client of fencegate's PostgreSQL listener writes in its own session,
+-- logged in as its own role, and fencegate inserts the fence check into
+-- each of its transactions. Until now that check was fencegate.advance,
+-- so the client's login had to be a member of fencegate_runtime: the role
+-- that may also run advance for any fence with any token, and reset. A
+-- client that replaced the check fencegate prepared on its connection
+-- (dynamic SQL in a DO block can deallocate it and prepare one of the
+-- same name) started its next transaction with no transaction id, and so
+-- passed advance's and reset's first-statement guard: it could lower any
+-- fence's mark, or fence any fence's leader out.
+--
+-- From here the listener's check is fencegate.advance_session, which
+-- anyone may run and which advances only the fence the session is bound
+-- to. fencegate binds each listener session, once the database has
+-- accepted its login and before its client may send anything, from its
+-- own pool (fencegate_runtime may run bind_session; nothing else may
+-- write fencegate.sessions). A listener client's login needs no
+-- fencegate role at all, and fencegate refuses to serve one that may run
+-- advance, advance_term, reset or bind_session.
+--
+-- A binding is keyed by the session's process id and its login, and
+-- ends with the session: fencegate unbinds a session when it closes, and
+-- each bind first drops the bindings of processes that have exited (so
+-- a binding left by a fencegate that died goes at the next bind). Reading
+-- the session's start time on every check, which would tell a reused
+-- process id apart for certain, costs PostgreSQL 15 about 70 us a call.
+CREATE TABLE fencegate.sessions (
+    pid        integer     PRIMARY KEY,
+    login      name        NOT NULL,
+    fence      text        NOT NULL,
+    -- postgres-term fences: the term table and lock key derivation of
+    -- advance_term; NULL for advance.
+    term_table text,
+    lock_key   text,
+    bound_at   timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    CHECK ((term_table IS NULL) = (lock_key IS NULL))
+);
+
+ALTER TABLE fencegate.sessions OWNER TO fencegate_owner;
+REVOKE ALL ON fencegate.sessions FROM PUBLIC;
+
+-- bind_session binds the session of process session_pid, logged in as
+-- login, to fence_name: that session's advance_session checks fence_name
+-- and no other fence. term_table and lock_key (both or neither) make its
+-- check advance_term's.
+CREATE FUNCTION fencegate.bind_session(session_pid integer, login name, fence_name text, term_table text, lock_key text)
+RETURNS void
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+BEGIN
+    IF session_pid IS NULL OR login IS NULL OR fence_name IS NULL OR fence_name OPERATOR(pg_catalog.=) ''
+       OR (term_table IS NULL) OPERATOR(pg_catalog.<>) (lock_key IS NULL) THEN
+        RAISE EXCEPTION 'invalid session binding: process %, login %, fence %, term table %, lock key %',
+                        session_pid, login, fence_name, term_table, lock_key
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    DELETE FROM fencegate.sessions AS s
+     WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(NULL) AS a
+                        WHERE a.pid OPERATOR(pg_catalog.=) s.pid);
+    INSERT INTO fencegate.sessions AS s (pid, login, fence, term_table, lock_key, bound_at)
+    VALUES (session_pid, login, fence_name, term_table, lock_key, pg_catalog.now())
+    ON CONFLICT (pid) DO UPDATE
+        SET login = excluded.login, fence = excluded.fence, term_table = excluded.term_table,
+            lock_key = excluded.lock_key, bound_at = excluded.bound_at;
+END
+$$;
+
+-- unbind_session ends the binding of process session_pid.
+CREATE FUNCTION fencegate.unbind_session(session_pid integer)
+RETURNS void
+LANGUAGE sql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+    DELETE FROM fencegate.sessions AS s WHERE s.pid OPERATOR(pg_catalog.=) session_pid;
+$$;
+
+-- advance_session is the listener's fence check: advance (or
+-- advance_term) of the fence this session is bound to, refused with
+-- SQLSTATE FG006 in a session fencegate did not bind, for another fence,
+-- and, as advance, anywhere but as its transaction's first statement.
+CREATE FUNCTION fencegate.advance_session(fence_name text, fence_token bigint)
+RETURNS bigint
+LANGUAGE plpgsql
+VOLATILE
+SECURITY DEFINER
+SET search_path = pg_catalog, pg_temp
+AS $$
+DECLARE
+    b fencegate.sessions;
+BEGIN
+    IF pg_catalog.txid_current_if_assigned() IS NOT NULL THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'FG006',
+            MESSAGE = 'fencegate.advance_session runs only as the first statement of a transaction',
+            HINT = 'the fence check is fencegate''s; statements must not call it';
+    END IF;
+    SELECT * INTO b FROM fencegate.sessions AS s
+     WHERE s.pid OPERATOR(pg_catalog.=) pg_catalog.pg_backend_pid()
+       AND s.login OPERATOR(pg_catalog.=) session_user;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'FG006',
+            MESSAGE = 'this session is not bound to a fence',
+            HINT = 'fencegate binds the sessions of its PostgreSQL listener; connect through it';
+    END IF;
+    IF fence_name IS DISTINCT FROM b.fence THEN
+        RAISE EXCEPTION USING
+            ERRCODE = 'FG006',
+            MESSAGE = pg_catalog.format('this session is bound to fence %L, not %L', b.fence, fence_name),
+            HINT = 'the fence check is fencegate''s; statements must not call it';
+    END IF;
+    IF b.term_table IS NOT NULL THEN
+        RETURN fencegate.advance_term(fence_name, fence_token, b.term_table, b.lock_key);
+    END IF;
+    RETURN fencegate.advance_mark(fence_name, fence_token);
+END
+$$;
+
+ALTER FUNCTION fencegate.bind_session(integer, name, text, text, text) OWNER TO fencegate_owner;
+ALTER FUNCTION fencegate.unbind_session(integer) OWNER TO fencegate_owner;
+ALTER FUNCTION fencegate.advance_session(text, bigint) OWNER TO fencegate_owner;
+REVOKE ALL ON FUNCTION fencegate.bind_session(integer, name, text, text, text) FROM PUBLIC;
+REVOKE ALL ON FUNCTION fencegate.unbind_session(integer) FROM PUBLIC;
+GRANT EXECUTE ON FUNCTION fencegate.bind_session(integer, name, text, text, text) TO fencegate_runtime;
+GRANT EXECUTE ON FUNCTION fencegate.unbind_session(integer) TO fencegate_runtime;
+GRANT EXECUTE ON FUNCTION fencegate.advance_session(text, bigint) TO PUBLIC;
+
+COMMENT ON TABLE fencegate.sessions IS 'fencegate: the fence each PostgreSQL listener session is bound to';
+COMMENT ON FUNCTION fencegate.bind_session(integer, name, text, text, text) IS
+    'fencegate: bind a PostgreSQL listener session to its fence; fencegate_runtime only';
+COMMENT ON FUNCTION fencegate.unbind_session(integer) IS 'fencegate: end a PostgreSQL listener session''s binding';
+COMMENT ON FUNCTION fencegate.advance_session(text, bigint) IS
+    'fencegate: the PostgreSQL listener''s fence check, for the fence its session is bound to; SQLSTATE FG006 otherwise';

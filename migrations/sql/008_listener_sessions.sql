@@ -59,9 +59,13 @@ BEGIN
                         session_pid, login, fence_name, term_table, lock_key
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- Rows another bind or unbind is deleting are skipped, not waited
+    -- for: binds at once neither queue nor deadlock on them.
     DELETE FROM fencegate.sessions AS s
-     WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(NULL) AS a
-                        WHERE a.pid OPERATOR(pg_catalog.=) s.pid);
+     WHERE s.pid IN (SELECT d.pid FROM fencegate.sessions AS d
+                      WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(NULL) AS a
+                                         WHERE a.pid OPERATOR(pg_catalog.=) d.pid)
+                      FOR UPDATE SKIP LOCKED);
     INSERT INTO fencegate.sessions AS s (pid, login, fence, term_table, lock_key, bound_at)
     VALUES (session_pid, login, fence_name, term_table, lock_key, pg_catalog.now())
     ON CONFLICT (pid) DO UPDATE

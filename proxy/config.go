@@ -28,7 +28,9 @@ type Config struct {
 	// fences beyond it share one bucket of the same size.
 	VerifyFences int
 	// MaxInFlight bounds each backend's writes between admission and
-	// answer; past it writes are refused with OVERLOADED.
+	// answer, and apart from them its writes waiting for an etcd read
+	// of their term before use (a redis-lease fence, or a watch lost);
+	// past it writes are refused with OVERLOADED.
 	MaxInFlight int
 	// PolicyShadow serves what the policy would refuse, logging and
 	// counting it instead (--policy-mode=shadow), to try a policy out.

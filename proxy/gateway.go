@@ -123,9 +123,14 @@ type Gateway struct {
 	verifies *verifyLimiter
 	// inflight counts each backend's writes between admission and answer.
 	inflight [len(backends)]atomic.Int64
-	policy   Authorizer
-	authReq  bool
-	audit    AuditLog
+	// reading counts each backend's writes waiting for the etcd read of
+	// their term that admit makes before use (readFirst), bounded by
+	// MaxInFlight as the writes after them are.
+	reading [len(backends)]atomic.Int64
+
+	policy  Authorizer
+	authReq bool
+	audit   AuditLog
 	// auditSeq numbers the audit records' request ids.
 	auditSeq atomic.Uint64
 	auditID  string
@@ -501,6 +506,19 @@ func (g *Gateway) admit(ctx context.Context, backend int, fence, rawToken string
 				"too many tokens above every known term of election %q to verify with etcd; retry with backoff", fence)
 			r.HighWater, r.Term = hw, tokens.Token(term.Rev)
 			return t, term, r
+		}
+		if readFirst {
+			// Every such write reads: bounded as the writes in flight
+			// are, or a client with a current token could make one etcd
+			// read per request while a watch is lost.
+			if n := g.reading[backend].Add(1); n > int64(g.cfg.MaxInFlight) {
+				g.reading[backend].Add(-1)
+				r := tokens.Refuse(tokens.ReasonOverloaded, fence, t,
+					"%d writes to %s waiting for an etcd read of their term, limit is %d; retry with backoff", n-1, backends[backend], g.cfg.MaxInFlight)
+				r.HighWater, r.Term = hw, tokens.Token(term.Rev)
+				return t, term, r
+			}
+			defer g.reading[backend].Add(-1)
 		}
 		vctx, cancel := context.WithTimeout(ctx, g.cfg.VerifyTimeout)
 		var held bool

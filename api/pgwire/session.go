@@ -89,6 +89,9 @@ type session struct {
 	// killed is why fencegate ended the session's transaction (its term
 	// ended); close tells the client.
 	killed atomic.Pointer[tokens.RefusalError]
+	// shutdown says the session ends because the server shuts down, with
+	// no transaction open; close tells the client, as PostgreSQL does.
+	shutdown atomic.Bool
 
 	// The queue, and what S2C learnt from the server; under qmu.
 	qmu     sync.Mutex
@@ -168,6 +171,8 @@ func (c *session) close() {
 		c.server.Close()
 		if r := c.killed.Load(); r != nil {
 			c.tellFatal(r)
+		} else if c.shutdown.Load() {
+			c.tellClient(pgError{Severity: "FATAL", Code: "57P01", Message: shutdownMessage})
 		}
 		c.client.Close()
 		c.qmu.Lock()
@@ -258,14 +263,25 @@ func (c *session) closeEnded(a *proxy.Admission, why *tokens.RefusalError, busy 
 // client that does not read (a paused process) must not hold the session
 // open.
 func (c *session) tellFatal(r *tokens.RefusalError) {
+	e := refusalPgError(r)
+	e.Severity = "FATAL"
+	c.tellClient(e)
+}
+
+// tellClient sends the client e, its last message.
+func (c *session) tellClient(e pgError) {
 	_ = c.client.SetWriteDeadline(time.Now().Add(time.Second)) // also frees a write S2C is blocked in
 	c.cwMu.Lock()
 	defer c.cwMu.Unlock()
-	e := refusalPgError(r)
-	e.Severity = "FATAL"
 	_, _ = c.cw.Write(appendError(nil, e))
 	_ = c.cw.Flush()
 }
+
+// shutdownMessage is what a session's client reads when fencegate shuts
+// down with no transaction of its open: PostgreSQL's own words for a
+// server shutting down (SQLSTATE 57P01, admin_shutdown), which drivers and
+// pools take as a reason to reconnect.
+const shutdownMessage = "fencegate: terminating connection due to administrator command: fencegate is shutting down"
 
 // CloseNow closes the session (Close); the server rolls back an open
 // transaction.
@@ -278,6 +294,7 @@ func (c *session) CloseIfIdle() {
 	idle := c.qlen == 0 && c.status == 'I'
 	c.qmu.Unlock()
 	if idle {
+		c.shutdown.Store(true)
 		c.close()
 	}
 }
@@ -684,6 +701,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 	}
 	if closeNow {
 		_ = c.answer(out)
+		c.shutdown.Store(true)
 		return nil, errShutdown
 	}
 	return out, nil

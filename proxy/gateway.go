@@ -490,18 +490,23 @@ func (g *Gateway) admit(ctx context.Context, backend int, fence, rawToken string
 	o := tokens.Decide(t, hw, term)
 	// A fence read before use is verified whenever memory would let the
 	// write through, or says its term ended (a later term may have begun:
-	// then the answer is STALE_TOKEN), and never refused by the limiter:
-	// every write reads.
+	// then the answer is STALE_TOKEN): every write reads, and those
+	// reads are bounded as the writes in flight are.
 	//
 	// So is a fence whose source knows its memory has fallen behind (the
 	// etcd watch lost): the term it remembers may have ended, and a zombie
 	// would be let through for as long as the watch stays lost. Its
 	// writes read etcd, and are refused ETCD_UNAVAILABLE while it cannot
 	// be read.
-	readFirst := o != tokens.Stale && o != tokens.Unknown &&
-		((g.readFirst != nil && g.readFirst(backends[backend], fence)) || (g.fresh != nil && !g.fresh(fence)))
+	sourceReads := g.readFirst != nil && g.readFirst(backends[backend], fence)
+	readFirst := o != tokens.Stale && o != tokens.Unknown && (sourceReads || (g.fresh != nil && !g.fresh(fence)))
 	if o == tokens.Verify || readFirst {
-		if !readFirst && !g.verifies.allow(fence, now) {
+		// A token above every known term is rate limited, anyone can
+		// send one, a lost watch or not; but not on a fence whose source
+		// is read before every use (redis-lease), where each new
+		// holder's first write is one and the read is the source's own,
+		// bounded below as the others.
+		if o == tokens.Verify && !sourceReads && !g.verifies.allow(fence, now) {
 			r := tokens.Refuse(tokens.ReasonOverloaded, fence, t,
 				"too many tokens above every known term of election %q to verify with etcd; retry with backoff", fence)
 			r.HighWater, r.Term = hw, tokens.Token(term.Rev)

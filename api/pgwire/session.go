@@ -115,7 +115,8 @@ type session struct {
 	out         []byte
 	advName     string
 	advGen      int
-	bound       bool // BindSession was called for the server connection's process
+	bound       bool      // BindSession was called for the server connection's process
+	startBy     time.Time // the connection's start must be over by then (StartupTimeout)
 	needPrepare bool
 	segStart    bool
 	segStatus   byte   // the transaction status the segment started in
@@ -288,14 +289,18 @@ const shutdownMessage = "fencegate: terminating connection due to administrator 
 func (c *session) CloseNow() { c.close() }
 
 // CloseIfIdle closes the session if no transaction is open and nothing
-// is outstanding (Shutdown).
+// is outstanding (Shutdown). The status of the last ReadyForQuery is not
+// enough: a client in the extended protocol may have begun a transaction
+// and run statements in it, answered, without a Sync yet; its check has
+// passed (open). It closes on its own goroutine: telling a client that
+// does not read may take a second, and the listener's lock is held here.
 func (c *session) CloseIfIdle() {
 	c.qmu.Lock()
-	idle := c.qlen == 0 && c.status == 'I'
+	idle := c.qlen == 0 && c.status == 'I' && c.open.Load() == nil
 	c.qmu.Unlock()
 	if idle {
 		c.shutdown.Store(true)
-		c.close()
+		go c.close()
 	}
 }
 

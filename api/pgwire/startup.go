@@ -36,17 +36,26 @@ const (
 const checkSQL = "SELECT fencegate.advance_session($1::pg_catalog.text, $2::pg_catalog.int8)"
 
 // roleCheckSQL says what the login may do to the fences beyond its own
-// session's check: 'owner' when it is a superuser, or may become one or
-// fencegate_owner; 'runtime' when it may become a role that may run
-// fencegate's own functions for any fence (advance, advance_term, reset,
-// bind_session: fencegate_runtime's); empty when neither. Membership is the
-// session user's, with or without INHERIT: SET ROLE reaches it too.
-const roleCheckSQL = "SELECT CASE WHEN pg_catalog.bool_or(r.rolsuper OR r.rolname = 'fencegate_owner') THEN 'owner' " +
+// session's check, over every role it may become (pg_has_role MEMBER: with
+// or without INHERIT, SET ROLE reaches it):
+//   - 'owner': a superuser; CREATEROLE (on PostgreSQL 15 it may grant
+//     itself any role, fencegate_owner too); fencegate_owner; or a
+//     predefined role that writes the server's files or runs its programs;
+//   - 'runtime': a role that may run fencegate's own functions for any
+//     fence (advance, advance_term, reset, bind_session:
+//     fencegate_runtime's), write a table of schema fencegate (directly,
+//     or as pg_write_all_data), or create objects in it;
+//   - empty: neither.
+const roleCheckSQL = "SELECT CASE WHEN pg_catalog.bool_or(r.rolsuper OR r.rolcreaterole OR r.rolname IN " +
+	"('fencegate_owner', 'pg_write_server_files', 'pg_execute_server_program')) THEN 'owner' " +
 	"WHEN pg_catalog.bool_or(" +
 	"pg_catalog.has_function_privilege(r.oid, 'fencegate.advance(pg_catalog.text, pg_catalog.int8)', 'EXECUTE') OR " +
 	"pg_catalog.has_function_privilege(r.oid, 'fencegate.advance_term(pg_catalog.text, pg_catalog.int8, pg_catalog.text, pg_catalog.text)', 'EXECUTE') OR " +
 	"pg_catalog.has_function_privilege(r.oid, 'fencegate.reset(pg_catalog.text, pg_catalog.int8)', 'EXECUTE') OR " +
-	"pg_catalog.has_function_privilege(r.oid, 'fencegate.bind_session(pg_catalog.int4, pg_catalog.name, pg_catalog.text, pg_catalog.text, pg_catalog.text)', 'EXECUTE')" +
+	"pg_catalog.has_function_privilege(r.oid, 'fencegate.bind_session(pg_catalog.int4, pg_catalog.name, pg_catalog.text, pg_catalog.text, pg_catalog.text)', 'EXECUTE') OR " +
+	"pg_catalog.has_schema_privilege(r.oid, 'fencegate', 'CREATE') OR " +
+	"EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.relnamespace OPERATOR(pg_catalog.=) 'fencegate'::pg_catalog.regnamespace " +
+	"AND c.relkind IN ('r', 'p') AND pg_catalog.has_table_privilege(r.oid, c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))" +
 	") THEN 'runtime' ELSE '' END " +
 	"FROM pg_catalog.pg_roles r WHERE pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')"
 
@@ -88,6 +97,9 @@ func (s *Server) handle(c net.Conn, full bool) {
 		return
 	}
 	if !s.conns.Track(sess, true) {
+		// Logged in as the server began shutting down: told so, as
+		// PostgreSQL tells a client whose session it ends.
+		sess.shutdown.Store(true)
 		sess.close()
 		sess.done(ErrServerClosed)
 		return
@@ -263,9 +275,10 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 	if err != nil {
 		return fail(&fatal{code: "08006", msg: "fencegate: BACKEND_UNAVAILABLE: cannot reach the database: " + err.Error()})
 	}
-	_ = server.SetDeadline(time.Now().Add(s.cfg.StartupTimeout))
+	startBy := time.Now().Add(s.cfg.StartupTimeout)
+	_ = server.SetDeadline(startBy)
 	sess := newSession(s, client, server)
-	sess.fence, sess.token, sess.user = fence, token, user
+	sess.fence, sess.token, sess.user, sess.startBy = fence, token, user, startBy
 	out, err := (&pgproto3.StartupMessage{ProtocolVersion: sm.ProtocolVersion, Parameters: params}).Encode(nil)
 	if err == nil {
 		_, err = server.Write(out)
@@ -553,10 +566,17 @@ func (c *session) prepare() error {
 	if err := c.sw.Flush(); err != nil {
 		return c.startLost(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.s.cfg.StartupTimeout)
+	// Within the connection's start, whose deadline the server
+	// connection has too: a bind that waits for fencegate's pool past it
+	// is what the client is told of, not the server's answers, which are
+	// read after it.
+	ctx, cancel := context.WithDeadline(context.Background(), c.startBy)
 	c.bound = true // unbound when the session ends, whatever this returns
 	bindErr := c.s.cfg.Sessions.BindSession(ctx, c.serverPID, c.user, c.fence)
 	cancel()
+	if bindErr != nil {
+		return &fatal{code: "08006", msg: "fencegate: BACKEND_UNAVAILABLE: cannot bind the session to its fence: " + bindErr.Error()}
+	}
 	var reach, failure string
 	for {
 		t, body, _, err := c.sr.next()
@@ -583,12 +603,9 @@ func (c *session) prepare() error {
 			switch {
 			case c.s.cfg.Insecure:
 			case reach == "owner":
-				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q is a superuser or may become fencegate_owner, whose statements could change the fences: log in as a role that is not (or start fencegate with --insecure)", c.user)
+				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q is a superuser, has CREATEROLE, or may become fencegate_owner or a role that writes the server's files or runs its programs, whose statements could change the fences: log in as a role that is none of these (or start fencegate with --insecure)", c.user)
 			case reach == "runtime":
-				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q may run fencegate's own functions (a member of fencegate_runtime, as fencegate's --postgres-dsn login is), whose statements could move any fence's mark: log in as a role that is not (or start fencegate with --insecure)", c.user)
-			}
-			if bindErr != nil {
-				return &fatal{code: "08006", msg: "fencegate: BACKEND_UNAVAILABLE: cannot bind the session to its fence: " + bindErr.Error()}
+				return refuseStart("FG006", tokens.ReasonInvalidRequest, "role %q may run fencegate's own functions or write its tables (as fencegate_runtime's members, such as fencegate's --postgres-dsn login, or pg_write_all_data's may), whose statements could move any fence's mark: log in as a role that may not (or start fencegate with --insecure)", c.user)
 			}
 			return nil
 		}

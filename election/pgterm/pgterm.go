@@ -108,6 +108,9 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	pc.MaxConns = 2
 	pc.ConnConfig.RuntimeParams["application_name"] = "fencegate-term-source"
+	// A row security policy on the term table would run functions of its
+	// owner's choosing as fencegate's login: refused with an error instead.
+	pc.ConnConfig.RuntimeParams["row_security"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, pc)
 	if err != nil {
 		return nil, fmt.Errorf("pgterm: %w", err)
@@ -143,9 +146,11 @@ func (s *Source) resolve(ctx context.Context, table string) error {
 	if !migrated {
 		return errors.New("pgterm: fencegate.advance_term is missing: run fencegate migrate (schema version 5 or later)")
 	}
-	var sel, upd, owner, login bool
+	var sel, upd, owner, login, trusted bool
+	var tableOwner string
 	err := s.pool.QueryRow(ctx, `
 SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
+       c.relkind = 'r' AND (o.rolsuper OR o.rolname = 'fencegate_owner'), o.rolname,
        EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner'),
        CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner')
             THEN pg_catalog.has_table_privilege('fencegate_owner', c.oid, 'SELECT') END,
@@ -153,7 +158,8 @@ SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
             THEN pg_catalog.has_any_column_privilege('fencegate_owner', c.oid, 'UPDATE') END,
        pg_catalog.has_table_privilege(c.oid, 'SELECT')
   FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
- WHERE c.oid = pg_catalog.to_regclass($1)`, table).Scan(&qualified, &owner, &sel, &upd, &login)
+  JOIN pg_catalog.pg_roles AS o ON o.oid = c.relowner
+ WHERE c.oid = pg_catalog.to_regclass($1)`, table).Scan(&qualified, &trusted, &tableOwner, &owner, &sel, &upd, &login)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("pgterm: term table %q does not exist: create it (CREATE TABLE %s (name text PRIMARY KEY, term bigint NOT NULL)) or name it with --postgres-term-table", table, table)
@@ -161,6 +167,10 @@ SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
 		return fmt.Errorf("pgterm: find term table %q: %w", table, err)
 	case !owner:
 		return errors.New("pgterm: role fencegate_owner does not exist: run fencegate migrate first")
+	case !trusted:
+		// The check reads it as fencegate_owner, and this source as
+		// fencegate's login: its owner decides what reading it runs.
+		return fmt.Errorf("pgterm: term table %s is owned by %q, or is not a plain table: its owner could make fencegate's check run code of its own (a row security policy, a view in its place); make it a table of fencegate_owner's or a superuser's: ALTER TABLE %s OWNER TO fencegate_owner", qualified, tableOwner, qualified)
 	case !sel || !upd:
 		return fmt.Errorf("pgterm: fencegate_owner may not read and lock the rows of %s: GRANT SELECT, UPDATE (term) ON %s TO fencegate_owner", qualified, qualified)
 	case !login:

@@ -449,3 +449,34 @@ func testAudit(t *testing.T) (alog *audit.Log, records func() (lines []string, r
 		return strings.Split(strings.TrimSuffix(string(raw), "\n"), "\n"), string(raw)
 	}
 }
+
+// runWatcher runs a watcher of the elections on cli until the test ends,
+// and waits until it is synced.
+func runWatcher(t *testing.T, cli *clientv3.Client) *election.Watcher {
+	t.Helper()
+	w, err := election.NewWatcher(cli, election.WatcherConfig{Prefix: prefix})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = w.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	waitFor(t, "synced", w.Synced)
+	return w
+}
+
+// openPostgres opens fencegate's PostgreSQL backend on the package's
+// server, migrated, until the test ends.
+func openPostgres(t *testing.T) *postgres.Backend {
+	t.Helper()
+	pg, err := postgres.Open(t.Context(), pgDSN, postgres.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pg.Close)
+	if err := pg.Migrate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	return pg
+}

@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"io"
 	"net"
@@ -13,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
 	"github.com/fencegate/fencegate/tokens"
@@ -35,23 +33,8 @@ func TestReadFirstBounded(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { pcli.Close() })
-	w, err := election.NewWatcher(pcli, election.WatcherConfig{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "synced", w.Synced)
-	pg, err := postgres.Open(t.Context(), pgDSN, postgres.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Close)
-	if err := pg.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	w := runWatcher(t, pcli)
+	pg := openPostgres(t)
 	cfg := proxy.DefaultConfig()
 	cfg.MaxInFlight = 2
 	cfg.VerifyTimeout = 5 * time.Second

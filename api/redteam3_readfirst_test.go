@@ -1,7 +1,6 @@
 package api_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -31,23 +30,8 @@ func TestRedTeam3ReadFirstForgedTokensNotRateLimited(t *testing.T) {
 	table := ledgerTable(t, c)
 	fence := fenceName(t)
 	cli := newEtcdClient(t)
-	w, err := election.NewWatcher(cli, election.WatcherConfig{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan struct{})
-	go func() { defer close(done); _ = w.Run(ctx) }()
-	t.Cleanup(func() { cancel(); <-done })
-	waitFor(t, "synced", w.Synced)
-	pg, err := postgres.Open(t.Context(), pgDSN, postgres.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Close)
-	if err := pg.Migrate(t.Context()); err != nil {
-		t.Fatal(err)
-	}
+	w := runWatcher(t, cli)
+	pg := openPostgres(t)
 	cfg := proxy.DefaultConfig()
 	cfg.VerifyBurst = 3
 	cfg.VerifyRate = 0.001 // no refill within the test

@@ -297,6 +297,12 @@ func (c *session) CloseNow() { c.close() }
 func (c *session) CloseIfIdle() {
 	c.qmu.Lock()
 	idle := c.qlen == 0 && c.status == 'I' && c.open.Load() == nil
+	if idle {
+		// Shut in the same step, as endTransaction does: C2S queues each
+		// message before it writes it, so none reaches the server after
+		// this check, and the client told 57P01 ran nothing more.
+		c.toServer.shut.Store(true)
+	}
 	c.qmu.Unlock()
 	if idle {
 		c.shutdown.Store(true)

@@ -498,8 +498,9 @@ func (g *Gateway) admit(ctx context.Context, backend int, fence, rawToken string
 	// would be let through for as long as the watch stays lost. Its
 	// writes read etcd, and are refused ETCD_UNAVAILABLE while it cannot
 	// be read.
-	sourceReads := g.readFirst != nil && g.readFirst(backends[backend], fence)
-	readFirst := o != tokens.Stale && o != tokens.Unknown && (sourceReads || (g.fresh != nil && !g.fresh(fence)))
+	mayPass := o != tokens.Stale && o != tokens.Unknown
+	sourceReads := mayPass && g.readFirst != nil && g.readFirst(backends[backend], fence)
+	readFirst := sourceReads || (mayPass && g.fresh != nil && !g.fresh(fence))
 	if o == tokens.Verify || readFirst {
 		// A token above every known term is rate limited, anyone can
 		// send one, a lost watch or not; but not on a fence whose source

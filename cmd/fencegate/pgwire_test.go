@@ -108,3 +108,79 @@ func TestPgListenExposure(t *testing.T) {
 		t.Fatalf("got %v, want the exposure refusal naming --pg-listen-addr", err)
 	}
 }
+
+// TestServePgListenerUnauthorizedCannotReplaceCheck: a client the policy
+// does not allow to write fence a still gets a session bound to a (the
+// binding is made at login, before any transaction is authorized), but it
+// cannot run the SQL that would replace fencegate's check on it, nor
+// call the check itself for a with a token of its own: every statement is
+// NOT_AUTHORIZED, so fence a's mark does not move.
+func TestServePgListenerUnauthorizedCannotReplaceCheck(t *testing.T) {
+	ctx := t.Context()
+	e := newSecureEnv(t)
+	alice := e.ca.Issue(t, "alice", authtest.Leaf{URIs: []string{"spiffe://test/a/alice"}, Client: true})
+	bob := e.ca.Issue(t, "bob", authtest.Leaf{URIs: []string{"spiffe://test/b/bob"}, Client: true})
+	policyFile := e.writeFile(t, "policy.yaml", `rules:
+  - name: alice-writes-a
+    principals: ["spiffe://test/a/alice"]
+    fences: ["a"]
+    actions: [sql.write]
+`)
+	pgAddr := freeport.Addr(t)
+	e.serveGateway(t, "--pg-listen-addr="+pgAddr, "--cert-file="+e.srv.CertFile, "--key-file="+e.srv.KeyFile,
+		"--trusted-ca-file="+e.ca.File, "--policy-file="+policyFile)
+	tok := e.lead(t, "a", "alice")
+	connect := func(cert *authtest.Issued) *pgx.Conn {
+		cfg, err := pgx.ParseConfig(fmt.Sprintf("postgres://app@%s/postgres?sslmode=require&fencegate.fence=a&fencegate.token=%d", pgAddr, tok))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.TLSConfig = e.ca.ClientTLS(cert)
+		cfg.TLSConfig.ServerName = "localhost"
+		cfg.Fallbacks = nil
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.WithoutCancel(ctx)) })
+		return c
+	}
+	ac := connect(alice)
+	if _, err := ac.Exec(ctx, "SELECT 1"); err != nil { // a's mark is alice's term
+		t.Fatal(err)
+	}
+	bc := connect(bob)
+	const replace = "DO $$ BEGIN EXECUTE 'DEALLOC' || 'ATE fence' || 'gate_advance_1'; " +
+		"EXECUTE 'PREP' || 'ARE fence' || 'gate_advance_1(text, int8) AS SELECT 0::int8'; END $$"
+	const raise = "SELECT pg_catalog.query_to_xml('SELECT fence' || 'gate.advance_session(''a'', 9223372036854775807)', true, true, '')"
+	for _, sql := range []string{replace, raise} {
+		// In the extended protocol DO is refused before the policy is
+		// asked (FG006); either refusal runs nothing.
+		_, err := bc.PgConn().ExecParams(ctx, sql, nil, nil, nil, nil).Close()
+		if code := pgCode(err); code != "42501" && (sql != replace || code != "FG006") {
+			t.Errorf("bob, not allowed to write a: %.40s…: got %v, want NOT_AUTHORIZED (42501)", sql, err)
+		}
+		_, err = bc.Exec(ctx, sql)
+		if code := pgCode(err); code != "42501" {
+			t.Errorf("bob, simple query: %.40s…: got %v, want NOT_AUTHORIZED (42501)", sql, err)
+		}
+	}
+	var mark uint64
+	if err := e.admin.QueryRow(ctx, "SELECT token FROM fencegate.fences WHERE name = 'a'").Scan(&mark); err != nil {
+		t.Fatal(err)
+	}
+	if mark != tok {
+		t.Fatalf("fence a's mark moved from %d to %d", tok, mark)
+	}
+	if _, err := ac.Exec(ctx, "SELECT 1"); err != nil {
+		t.Fatalf("alice after bob's attempts: %v", err)
+	}
+}
+
+func pgCode(err error) string {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		return pe.Code
+	}
+	return ""
+}

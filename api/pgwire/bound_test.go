@@ -15,8 +15,89 @@ import (
 // for a statement of the same name that checks nothing. Its text names
 // neither fencegate's statement nor DEALLOCATE: only dynamic SQL does.
 const replaceCheck = "DO $$ BEGIN " +
-	"EXECUTE 'DEALLOC' || 'ATE fence' || 'gate_advance_1'; " +
-	"EXECUTE 'PREP' || 'ARE fence' || 'gate_advance_1(text, int8) AS SELECT 0::int8'; END $$"
+	"BEGIN EXECUTE 'DEALLOC' || 'ATE fence' || 'gate_check'; EXCEPTION WHEN invalid_sql_statement_name THEN NULL; END; " +
+	"EXECUTE 'PREP' || 'ARE fence' || 'gate_check(text, int8) AS SELECT 0::int8'; END $$"
+
+// TestCheckPreparedForEachTransaction: the listener prepares its check
+// afresh in front of each extended-protocol transaction, so a client that
+// replaced it in an earlier transaction (replaceCheck) gets the real
+// check all the same. Its next transaction is fenced, and its own call
+// of advance_session, which a replaced check would leave as the
+// transaction's first, cannot fence the fence's next leaders out with a
+// token of its choosing.
+//
+// With the check prepared once per session, as before, the same client
+// writes unfenced and moves its fence's mark to 2^63-1.
+func TestCheckPreparedForEachTransaction(t *testing.T) {
+	ctx := t.Context()
+	for _, tc := range []struct {
+		name, fence string
+		mode        string // pgx's default_query_exec_mode
+		once        bool
+	}{
+		// The client's statements named: fencegate's check takes the
+		// unnamed statement.
+		{"prepared for each transaction, unnamed", "replaced-unnamed", "cache_statement", false},
+		// The client's statements unnamed (Parse and Describe, then
+		// Bind and Execute in the next segment): the check is closed
+		// and prepared again under its name.
+		{"prepared for each transaction, named", "replaced-named", "describe_exec", false},
+		{"defence removed: prepared once per session", "replaced-once", "cache_statement", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t, pgwire.Config{})
+			if tc.once {
+				e.srv.SetTestPrepareCheckOnce()
+			}
+			fence := tc.fence
+			t.Cleanup(func() { // forget a poisoned mark, for the next run
+				_, _ = e.admin.Exec(context.WithoutCancel(ctx), "SELECT fencegate.reset($1, 0)", fence)
+			})
+			e.table(t, "replaced")
+			tok, _ := e.lead(t, fence)
+			c := e.connectWith(t, fence, tok, "&default_query_exec_mode="+tc.mode)
+			if _, err := c.Exec(ctx, "SELECT $1::int", 1); err != nil { // a transaction in the extended protocol: its check is prepared
+				t.Fatal(err)
+			}
+			var named bool
+			if err := c.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_prepared_statements WHERE name = 'fence' || 'gate_check')",
+				pgx.QueryExecModeSimpleProtocol).Scan(&named); err != nil {
+				t.Fatal(err)
+			}
+			if want := tc.mode == "describe_exec" || tc.once; named != want {
+				t.Fatalf("the check prepared under its name: %v, want %v", named, want)
+			}
+			if _, err := c.Exec(ctx, replaceCheck); err != nil {
+				t.Fatalf("replace the check: %v", err)
+			}
+			// Extended protocol: fencegate binds its check, then the
+			// client's INSERT runs in the same transaction.
+			_, insErr := c.Exec(ctx, "INSERT INTO replaced (v) VALUES ("+fencedMark+" || $1)", ":insert")
+			const maxInt64 = "9223372036854775807"
+			_, advErr := c.PgConn().ExecParams(ctx,
+				"SELECT pg_catalog.query_to_xml('SELECT fence' || 'gate.advance_session(''"+fence+"'', "+maxInt64+")', true, true, '')",
+				nil, nil, nil, nil).Close()
+			got := e.values(t, "replaced")
+			mark := markOf(t, e, fence)
+			if !tc.once {
+				if insErr != nil || len(got) != 1 || got[0] != fence+":insert" {
+					t.Errorf("write after replacing the check: %v, stored %q; want it fenced (%q)", insErr, got, fence+":insert")
+				}
+				if code := wantCodeOf(advErr); code != "FG006" || !strings.Contains(advErr.Error(), "runs only as the first statement") {
+					t.Errorf("advance_session after replacing the check: got %v, want FG006, runs only as the first statement", advErr)
+				}
+				if mark != tok {
+					t.Errorf("fence %s's mark moved from %d to %d", fence, tok, mark)
+				}
+				return
+			}
+			if insErr != nil || advErr != nil || len(got) != 1 || got[0] != "UNFENCED:insert" || mark != 1<<63-1 {
+				t.Fatalf("without the defence: write %v, stored %q, advance_session %v, mark %d; want an unfenced write and the mark at 2^63-1", insErr, got, advErr, mark)
+			}
+			t.Logf("without the defence: stored %q, and the mark moved from %d to %d", got, tok, mark)
+		})
+	}
+}
 
 // TestReplacedCheckCannotMoveOtherFences: a client of the listener that
 // replaces the check fencegate prepared on its connection starts its next
@@ -46,6 +127,10 @@ func TestReplacedCheckCannotMoveOtherFences(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t, pgwire.Config{Insecure: tc.insecure})
+			// Prepared once, so the client can replace it: the listener
+			// no longer lets it (TestCheckPreparedForEachTransaction),
+			// and this is the binding that stands behind that.
+			e.srv.SetTestPrepareCheckOnce()
 			t.Cleanup(func() { // forget a poisoned mark, for the next run
 				_, _ = e.admin.Exec(context.WithoutCancel(ctx), "SELECT fencegate.reset($1, 0)", tc.victim)
 			})
@@ -60,6 +145,9 @@ func TestReplacedCheckCannotMoveOtherFences(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer c.Close(context.WithoutCancel(ctx))
+			if _, err := c.Exec(ctx, "SELECT $1::int", 1); err != nil { // a transaction in the extended protocol: its check is prepared
+				t.Fatal(err)
+			}
 
 			const maxInt64 = "9223372036854775807"
 			attacks := []struct{ name, call, code, msg string }{

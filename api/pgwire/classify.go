@@ -33,7 +33,6 @@ type verdict struct {
 	kind    stmtKind // of the last statement (of the only one, for Parse)
 	refuse  string   // non-empty: refused with FG006, and why
 	token   string   // kindSetToken: the new token, as given; kindShow: the setting
-	dealloc bool     // DEALLOCATE or DISCARD: fencegate's statement may be gone
 	hasProc bool     // some statement is CALL or DO
 	// setup counts the statements the string starts with that set up a
 	// transaction (setsUp) when one of them must come before its first
@@ -226,10 +225,7 @@ func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
 		}
 	case *pg_query.Node_ExecuteStmt:
 		vd.executes = append(vd.executes, x.ExecuteStmt.Name)
-	case *pg_query.Node_DeallocateStmt:
-		vd.dealloc = true
 	case *pg_query.Node_DiscardStmt:
-		vd.dealloc = true
 		if x.DiscardStmt.Target == pg_query.DiscardMode_DISCARD_ALL && count == 1 {
 			return kindDiscardAll, ""
 		}

@@ -282,9 +282,6 @@ func (c *session) query(body, raw []byte) error {
 		c.token = vd.token
 		return c.answer(appendReadyForQuery(appendCommandComplete(c.out[:0], "SET"), 'I'))
 	}
-	if vd.dealloc {
-		c.needPrepare = true
-	}
 	// BEGIN [ISOLATION LEVEL …], SET TRANSACTION …: the check goes in
 	// front of the transaction's first other statement, in a later
 	// Query if this one opens a block (a SET TRANSACTION may follow a
@@ -581,13 +578,8 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			return err
 		}
 	}
-	if t == 'E' && vd != nil {
-		if vd.kind == kindEnd {
-			c.needCheck = true // what follows before Sync runs in a new transaction
-		}
-		if vd.dealloc {
-			c.needPrepare = true
-		}
+	if t == 'E' && vd != nil && vd.kind == kindEnd {
+		c.needCheck = true // what follows before Sync runs in a new transaction
 	}
 	return nil
 }
@@ -736,8 +728,8 @@ func (c *session) setting(name string) string {
 	return c.token
 }
 
-// check inserts the fence check before the client's next message:
-// Bind of the unnamed portal to fencegate's prepared check, and Execute.
+// check inserts the fence check before the client's next message: the
+// check prepared afresh, the unnamed portal bound to it, and Execute.
 func (c *session) check() error {
 	adm, err := c.s.gw.AdmitSQL(c.ctx, c.fence, c.token)
 	if err != nil {
@@ -748,15 +740,37 @@ func (c *session) check() error {
 		return c.refuseSegment(r)
 	}
 	c.checked()
+	// Parsed again for each transaction, in the same write as its Bind:
+	// a statement of the session's that ran in an earlier transaction can
+	// have replaced a check prepared once (dynamic SQL in a DO block or a
+	// function deallocates and prepares statements of any name), and a
+	// replaced check checks nothing; nothing of the client's runs between
+	// this Parse and the Execute. The unnamed statement costs PostgreSQL
+	// the least (no Close, nothing saved), unless the client holds one
+	// of its own that a later Bind may name.
 	b := c.out[:0]
-	if c.needPrepare {
-		c.needPrepare = false
-		c.advGen++
-		c.advName = advName(c.advGen)
-		b = appendParse(b, c.advName, checkSQL)
+	stmt := ""
+	switch {
+	case c.checkOnce:
+		stmt = checkName
+		if !c.checkPrepared {
+			c.checkPrepared = true
+			b = appendCloseStatement(b, checkName)
+			b = appendParse(b, checkName, checkSQL)
+			c.push(reply{msg: 'C', own: ownCheck, adm: adm, chg: -1})
+			c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
+		}
+	case c.lookup('P', 's', nil) != nil:
+		stmt = checkName
+		b = appendCloseStatement(b, checkName)
+		b = appendParse(b, checkName, checkSQL)
+		c.push(reply{msg: 'C', own: ownCheck, adm: adm, chg: -1})
+		c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
+	default:
+		b = appendParse(b, "", checkSQL)
 		c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
 	}
-	b = appendBindCheck(b, c.advName, c.fence, uint64(adm.Token()))
+	b = appendBindCheck(b, stmt, c.fence, uint64(adm.Token()))
 	b = appendExecuteUnnamed(b)
 	c.out = b
 	c.push(reply{msg: 'B', own: ownCheck, adm: adm, chg: -1})

@@ -14,3 +14,8 @@ func (s *Server) SetTestHookEnding(f func()) { s.testHookEnding = f }
 // MaxDeferrals bounds the statements that set up a transaction before its
 // check.
 const MaxDeferrals = maxDeferrals
+
+// SetTestPrepareCheckOnce makes sessions prepare their check for their
+// first transaction only, so that a statement of the session's can
+// replace it.
+func (s *Server) SetTestPrepareCheckOnce() { s.testPrepareOnce.Store(true) }

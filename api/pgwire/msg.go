@@ -268,6 +268,15 @@ func appendParse(dst []byte, name, query string) []byte {
 	return finishMsg(append(dst, 0, 0), sp) // no parameter types
 }
 
+// appendCloseStatement closes the prepared statement name; closing one
+// that does not exist is no error.
+func appendCloseStatement(dst []byte, name string) []byte {
+	dst, sp := beginMsg(dst, 'C')
+	dst = append(dst, 'S')
+	dst = appendCString(dst, name)
+	return finishMsg(dst, sp)
+}
+
 // appendBindCheck binds the unnamed portal to the fence check stmt with the
 // fence and token as text parameters.
 func appendBindCheck(dst []byte, stmt, fence string, token uint64) []byte {

@@ -123,6 +123,10 @@ type Server struct {
 	// testHookEnding, if set, runs in endTransaction between its decision
 	// and closing the server connection.
 	testHookEnding func()
+	// testPrepareOnce, if set, prepares each session's check for its
+	// first transaction only, as fencegate did before it prepared it for
+	// each (tests: what a replaced check lets through).
+	testPrepareOnce atomic.Bool
 
 	sweepOnce sync.Once
 	stopOnce  sync.Once

@@ -112,16 +112,16 @@ type session struct {
 	notRun  []*proxy.Admission // checks the server skipped, for Done
 
 	// C2S only.
-	out         []byte
-	advName     string
-	advGen      int
-	bound       bool      // BindSession was called for the server connection's process
-	startBy     time.Time // the connection's start must be over by then (StartupTimeout)
-	needPrepare bool
-	segStart    bool
-	segStatus   byte   // the transaction status the segment started in
-	segLexical  string // lexical.why() as the segment started
-	needCheck   bool   // the next message starts a transaction not yet fenced
+	out        []byte
+	bound      bool      // BindSession was called for the server connection's process
+	startBy    time.Time // the connection's start must be over by then (StartupTimeout)
+	segStart   bool
+	segStatus  byte   // the transaction status the segment started in
+	segLexical string // lexical.why() as the segment started
+	needCheck  bool   // the next message starts a transaction not yet fenced
+	// checkOnce is Server.testPrepareOnce as the session started;
+	// checkPrepared, whether check prepared the check once so.
+	checkOnce, checkPrepared bool
 	// pendingCheck: a block is open that only BEGIN or SET TRANSACTION
 	// ran in, without the check, which its first statement gets;
 	// deferrals counts those statements, at most maxDeferrals.

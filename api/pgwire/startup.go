@@ -545,14 +545,12 @@ func (c *session) afterLogin() error {
 	}
 }
 
-// prepare prepares the fence check on the server connection and checks
+// prepare tries the fence check (prepares it unnamed) and checks
 // the login's roles, in one round trip whose replies the client never
 // sees, and meanwhile binds the session to its fence from fencegate's own
 // pool: until it is bound, its check refuses every transaction.
 func (c *session) prepare() error {
-	c.advGen = 1
-	c.advName = advName(c.advGen)
-	b := appendParse(c.out[:0], c.advName, checkSQL)
+	b := appendParse(c.out[:0], "", checkSQL) // can it be prepared? (check prepares it for each transaction)
 	b = appendParse(b, "", roleCheckSQL)
 	b, sp := beginMsg(b, 'B')
 	b = append(b, 0, 0, 0, 0, 0, 0, 0, 0) // unnamed portal and statement, no formats, no params, no result formats
@@ -629,7 +627,9 @@ func (c *session) unbind() {
 // unbindTimeout bounds unbinding a session that ended.
 const unbindTimeout = 2 * time.Second
 
-func advName(gen int) string { return "fencegate_advance_" + itoa(int64(gen)) }
+// checkName is the name the fence check is prepared under for each
+// transaction (check).
+const checkName = "fencegate_check"
 
 // newSession sets up the buffers of a client and server connection pair.
 func newSession(s *Server, client, server net.Conn) *session {
@@ -640,6 +640,7 @@ func newSession(s *Server, client, server net.Conn) *session {
 		out: make([]byte, 0, 256), segStart: true,
 		stmts: map[string]*verdict{}, portals: map[string]*verdict{},
 		segStmts: map[string]int32{}, segPortals: map[string]int32{},
+		checkOnce: s.testPrepareOnce.Load(),
 	}
 	c.sw = bufio.NewWriterSize(c.toServer, bufSize)
 	c.qcond.L = &c.qmu

@@ -169,6 +169,15 @@ func pgwireAttacks(other string) []attack {
 	}
 	searchPath := pgwireAttack("search-path", "SELECT set_config('search_path','evil, pg_catalog, public', false)")
 	searchPath.abuse = true
+	// Dynamic SQL swaps the check fencegate prepares on the session for a
+	// statement of the same name that checks nothing (its text names
+	// neither: the listener would refuse it). Allowed, as abuse: every
+	// later transaction of the session must still be fenced, because
+	// the listener prepares its check again for each.
+	replaceCheck := pgwireAttack("replace-check", "DO $$ BEGIN "+
+		"BEGIN EXECUTE 'DEALLOC' || 'ATE fence' || 'gate_check'; EXCEPTION WHEN invalid_sql_statement_name THEN NULL; END; "+
+		"EXECUTE 'PREP' || 'ARE fence' || 'gate_check(text, int8) AS SELECT 0::int8'; END $$")
+	replaceCheck.abuse = true
 	twoRows := func(name string, build func(rec func(seq int64) stmt) []stmt) attack {
 		return attack{name: name, weight: attackWeight, rows: 2, build: func(cfg workerConfig, token, seq int64) request {
 			return request{simple: true, stmts: build(func(i int64) stmt { return recordStmt(cfg, token, seq+i) })}
@@ -176,6 +185,7 @@ func pgwireAttacks(other string) []attack {
 	}
 	return []attack{
 		searchPath,
+		replaceCheck,
 		pgwireAttack("upsert-other-mark", upsert("fencegate.fences")),
 		pgwireAttack("upsert-other-mark-comment", upsert("fencegate/**/.fences")),
 		pgwireAttack("upsert-other-mark-unicode", upsert(`U&"fenc\0065gate".fences`)),
@@ -188,7 +198,7 @@ func pgwireAttacks(other string) []attack {
 		pgwireAttack("set-token-in-transaction", "SET fencegate.token = "+maxToken),
 		pgwireAttack("set-config-token", "SELECT set_config('fencegate.token', '"+maxToken+"', false)"),
 		abuse(pgwireAttack("reset-all", "RESET ALL")),
-		pgwireAttack("prepare-fencegate-name", "PREPARE fencegate_advance_1 AS SELECT 1"),
+		pgwireAttack("prepare-fencegate-name", "PREPARE fencegate_check AS SELECT 1"),
 		// Commit the first record, then run the second in a transaction
 		// the listener did not fence.
 		twoRows("split-commit", func(rec func(int64) stmt) []stmt {

@@ -46,6 +46,14 @@
 // the check on its connection cannot reach advance or reset for another
 // fence.
 //
+// From version 9 end_session(pid), which fencegate_runtime may run,
+// terminates the backend of a listener session fencegate bound (still
+// logged in as its login, never a superuser's) and ends its binding:
+// fencegate's way to stop a statement that traps the cancel it sent when
+// it ended the session mid-statement, which would otherwise run on
+// holding the fence's row. It needs pg_signal_backend, which the
+// migration grants fencegate_owner.
+//
 // Apply is idempotent and safe to run from several replicas at once: it holds
 // a PostgreSQL session advisory lock while it creates the schema and runs
 // tern (which takes its own advisory lock too), so concurrent runs apply each
@@ -57,5 +65,6 @@
 // Apply does not create the database or login roles, and it does not
 // migrate down. It needs a role that may create schemas and roles (a
 // superuser, or one with CREATEROLE that then becomes a member of
-// fencegate_owner).
+// fencegate_owner) and, from version 9, grant pg_signal_backend (a
+// superuser; on PostgreSQL 16 and later, a role with ADMIN OPTION on it).
 package migrations

@@ -103,6 +103,10 @@ type Sessions interface {
 	BindSession(ctx context.Context, pid uint32, login, fence string) error
 	// UnbindSession ends the binding of process pid's session.
 	UnbindSession(ctx context.Context, pid uint32) error
+	// EndSession terminates the backend of process pid, a session
+	// BindSession bound, and ends its binding; it says whether it
+	// terminated one.
+	EndSession(ctx context.Context, pid uint32) (bool, error)
 }
 
 var _ Sessions = (*postgres.Backend)(nil)

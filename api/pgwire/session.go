@@ -352,6 +352,7 @@ func (c *session) done(_ error) {
 		}
 		adms = append(adms, c.notRun...)
 		c.notRun = nil
+		busy := c.qlen > 0
 		c.qmu.Unlock()
 		if open != nil {
 			var why error // the check passed
@@ -363,7 +364,7 @@ func (c *session) done(_ error) {
 		for _, a := range adms {
 			a.Done(tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, a.Token(), "connection closed before the fence check's answer"), "", 0)
 		}
-		c.unbind()
+		c.unbind(busy)
 	})
 }
 

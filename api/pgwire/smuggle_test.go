@@ -538,10 +538,11 @@ func TestSmuggleStartup(t *testing.T) {
 
 // TestSmuggleCancelTrap: fencegate ends a transaction whose term
 // ended by closing the server connection and cancelling its statement; a
-// statement that traps query_canceled keeps running, holding the fence's
-// row, and the next leader's first write waits for it. (Ordering holds:
-// the zombie's transaction is rolled back when the backend notices the
-// closed connection. This test only reports the wait.)
+// statement that traps query_canceled would keep running, holding the
+// fence's row, and the next leader's first write would wait for it (found
+// by a review on 2026-11-28). fencegate also terminates the backend of a
+// session that ended mid-statement (migration 009's end_session), so the
+// next leader writes at once and the zombie's transaction rolls back.
 func TestSmuggleCancelTrap(t *testing.T) {
 	ctx := t.Context()
 	e := newEnv(t, pgwire.Config{})
@@ -551,15 +552,66 @@ func TestSmuggleCancelTrap(t *testing.T) {
 	if errs, _ := z.query("BEGIN; INSERT INTO rt_trap (v) VALUES ('zombie-in-block')"); len(errs) > 0 {
 		t.Fatal(errs)
 	}
-	z.send(&pgproto3.Query{String: "DO $$ DECLARE i int := 0; BEGIN LOOP i := i + 1; BEGIN PERFORM pg_sleep(0.05); EXCEPTION WHEN query_canceled THEN NULL; END; EXIT WHEN i > 60; END LOOP; END $$"})
-	time.Sleep(200 * time.Millisecond)
+	// About 30 s, whatever cancels it meanwhile.
+	const trap = "DO $$ DECLARE i int := 0; BEGIN LOOP i := i + 1; BEGIN PERFORM pg_sleep(0.05); " +
+		"EXCEPTION WHEN query_canceled THEN NULL; END; EXIT WHEN i > 600; END LOOP; END $$"
+	z.send(&pgproto3.Query{String: trap})
+	running := func() bool {
+		var n int
+		if err := e.admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE query = $1 AND state = 'active'", trap).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	if !eventually(running) {
+		t.Fatal("the trap never ran")
+	}
 	resign()
 	cur, _ := e.lead(t, "rt-trap")
 	l := e.connect(t, "rt-trap", cur)
+	wctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
 	start := time.Now()
-	_, err := l.Exec(ctx, "INSERT INTO rt_trap (v) VALUES ($1)", "leader")
-	t.Logf("the next leader's write took %v (err %v); rows %q", time.Since(start).Round(time.Millisecond), err, e.values(t, "rt_trap"))
+	if _, err := l.Exec(wctx, "INSERT INTO rt_trap (v) VALUES ($1)", "leader"); err != nil {
+		t.Fatalf("the next leader's first write, after %v: %v (the trap still running: %v)", time.Since(start).Round(time.Millisecond), err, running())
+	}
+	t.Logf("the next leader's write took %v", time.Since(start).Round(time.Millisecond))
+	if running() {
+		t.Error("the trap still runs after the next leader wrote")
+	}
 	e.noRows(t, "rt_trap", "zombie")
+}
+
+// TestSmuggleCancelTrapClientGone: a client that leaves while its
+// statement runs (and traps the cancel) leaves nothing running either:
+// its backend is terminated, and what its transaction wrote rolls back.
+func TestSmuggleCancelTrapClientGone(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "rt_gone")
+	tok, _ := e.lead(t, "rt-gone")
+	z := e.raw(t, "rt-gone", tok)
+	const trap = "DO $$ DECLARE i int := 0; BEGIN INSERT INTO rt_gone (v) VALUES ('left-behind'); " +
+		"LOOP i := i + 1; BEGIN PERFORM pg_sleep(0.05); " +
+		"EXCEPTION WHEN query_canceled THEN NULL; END; EXIT WHEN i > 601; END LOOP; END $$"
+	z.send(&pgproto3.Query{String: trap})
+	running := func() bool {
+		var n int
+		if err := e.admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE right(query, length($1)) = $1 AND state = 'active'", trap).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n > 0
+	}
+	if !eventually(running) {
+		t.Fatal("the trap never ran")
+	}
+	z.conn.Close()
+	if !eventually(func() bool { return !running() }) {
+		t.Fatal("the statement of a client that left runs on")
+	}
+	if got := e.values(t, "rt_gone"); len(got) != 0 {
+		t.Errorf("rows of the client that left: %q, want none", got)
+	}
 }
 
 // connectWith is connect with more connection parameters (&name=value...).

@@ -611,14 +611,27 @@ func (c *session) prepare() error {
 }
 
 // unbind ends the session's binding to its fence, once its server
-// connection is closed.
-func (c *session) unbind() {
+// connection is closed. busy says the server had not answered every
+// message: a statement may still run there, one that trapped the cancel
+// endTransaction sent and goes on holding its transaction's locks (the
+// fence's row) although its connection is closed, so its backend is
+// terminated with the binding.
+func (c *session) unbind(busy bool) {
 	if !c.bound {
 		return
 	}
 	c.bound = false
 	ctx, cancel := context.WithTimeout(context.Background(), unbindTimeout)
 	defer cancel()
+	if busy {
+		ended, err := c.s.cfg.Sessions.EndSession(ctx, c.serverPID)
+		if err != nil {
+			c.s.log.Warn("pgwire: cannot terminate the backend of a session that ended mid-statement (it runs until its statement returns)", "pid", c.serverPID, "fence", c.fence, "err", err)
+		} else if ended {
+			c.s.log.Info("pgwire: terminated the backend of a session that ended mid-statement", "pid", c.serverPID, "fence", c.fence, "user", c.user)
+		}
+		return
+	}
 	if err := c.s.cfg.Sessions.UnbindSession(ctx, c.serverPID); err != nil {
 		c.s.log.Debug("pgwire: cannot unbind a session (the next bind drops it)", "pid", c.serverPID, "err", err)
 	}

@@ -47,9 +47,28 @@ func (b *Backend) UnbindSession(ctx context.Context, pid uint32) error {
 	return nil
 }
 
+// EndSession terminates the backend of process pid, a session BindSession
+// bound that is still logged in as its login, and ends its binding: the
+// listener's way to stop a statement that traps the cancel it sent when
+// it ended the session (migration 009). It says whether it terminated
+// one.
+func (b *Backend) EndSession(ctx context.Context, pid uint32) (bool, error) {
+	conn, err := b.acquire(ctx)
+	if err != nil {
+		return false, fmt.Errorf("postgres: end session %d: %w", pid, err)
+	}
+	defer b.release(ctx, conn)
+	var ended bool
+	if err := conn.QueryRow(ctx, endSessionSQL, int32(pid)).Scan(&ended); err != nil {
+		return false, fmt.Errorf("postgres: end session %d: %w", pid, err)
+	}
+	return ended, nil
+}
+
 // Typed, as the fence check's parameters are (typedParams).
 const (
 	bindSessionSQL = "SELECT fencegate.bind_session($1::pg_catalog.int4, $2::pg_catalog.name, " +
 		"$3::pg_catalog.text, $4::pg_catalog.text, $5::pg_catalog.text)"
 	unbindSessionSQL = "SELECT fencegate.unbind_session($1::pg_catalog.int4)"
+	endSessionSQL    = "SELECT fencegate.end_session($1::pg_catalog.int4)"
 )

@@ -560,6 +560,13 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		setup := vd != nil && vd.kind == kindSetup && vd.first
 		if setup && (t == 'B' && c.deferrals < maxDeferrals || t == 'E' && c.deferCheck()) {
 			g.deferred = true
+			if t == 'B' {
+				_, rest, _ := cstring(body)
+				stmt, _, _ := cstring(rest)
+				if err := c.reparse(stmt, vd); err != nil {
+					return err
+				}
+			}
 		} else if err := c.check(); err != nil || c.swallow {
 			return err
 		}
@@ -779,6 +786,29 @@ func (c *session) check() error {
 		return err
 	}
 	return nil
+}
+
+// reparse prepares the client's statement name again, with the text
+// fencegate classified (vd), in front of a Bind of it that runs before the
+// transaction's check because the statement sets the transaction up (SET
+// TRANSACTION): since it was parsed, SQL of the session's (DEALLOCATE and
+// PREPARE, in dynamic SQL too) may have replaced it with a statement that
+// writes, which would run unfenced. Nothing of the client's runs between
+// this Parse and its Bind. The unnamed statement is left alone: only the
+// client's Parse, which fencegate sees, replaces it. (A statement that
+// sets a transaction up takes no parameters; one the client parsed with
+// parameter types is prepared again without them.)
+func (c *session) reparse(name []byte, vd *verdict) error {
+	if len(name) == 0 {
+		return nil
+	}
+	b := appendCloseStatement(c.out[:0], string(name))
+	b = appendParse(b, string(name), vd.text)
+	c.out = b
+	c.push(reply{msg: 'C', own: ownAborted, chg: -1})
+	c.push(reply{msg: 'P', own: ownAborted, chg: -1})
+	_, err := c.sw.Write(b)
+	return err
 }
 
 // refuseSegment refuses the rest of an extended-protocol segment: the

@@ -200,10 +200,13 @@ func (g *gate) Write(p []byte) (int, error) {
 // endTransaction ends the session's open transaction, admitted as a,
 // because its term ended (why): the server connection closes, so the
 // server rolls back what it has not committed and the fence's row is free
-// for the next term, and a statement still running is cancelled; the
-// client gets a FATAL error saying why and its connection closes. It does
-// nothing if a is no longer the session's transaction, or it failed
-// already (its locks are gone: the client's ROLLBACK is due).
+// for the next term, and a statement still running is cancelled (and its
+// backend terminated, unbind); the client gets a FATAL error saying why
+// and its connection closes. It does nothing if a is no longer the
+// session's transaction. A failed one is ended too: the status the server
+// reports ('E') is the same for a block whose error aborted only a
+// savepoint's subtransaction, whose top level still holds the fence's
+// row, and for one that a ROLLBACK TO SAVEPOINT makes usable again.
 //
 // A session waiting for its client, every message answered, is shut in
 // the same step: C2S queues each message before it writes it, so none
@@ -214,7 +217,7 @@ func (g *gate) Write(p []byte) (int, error) {
 // closing on one of its own.
 func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) {
 	c.qmu.Lock()
-	end := c.open.Load() == a && c.status != 'E' && !c.dead
+	end := c.open.Load() == a && !c.dead
 	busy := c.qlen > 0
 	if end {
 		if !busy {

@@ -13,7 +13,11 @@
 -- backend exits with FATAL and its transaction rolls back), and ends its
 -- binding. It terminates only a session bind_session bound, still logged
 -- in as the login it was bound with, and never a superuser's: fencegate's
--- own login may stop the sessions of its listener and no others.
+-- own login may stop the sessions of its listener and no others. (A
+-- session's start time, which would tell a later session given the same
+-- process id apart, is hidden from fencegate_owner, who is not a member
+-- of pg_read_all_stats; fencegate ends a session as soon as it closed
+-- it.)
 --
 -- Terminating another role's backend needs pg_signal_backend, which
 -- fencegate_owner, who owns the function, is given here. Memberships are

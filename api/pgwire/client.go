@@ -557,7 +557,11 @@ func (c *session) extended(t byte, body, raw []byte) error {
 	if c.needCheck && (t == 'B' || t == 'E') {
 		// As in query, for BEGIN with options and SET TRANSACTION (a
 		// plain BEGIN gets the check in front); counted at the Execute.
-		setup := vd != nil && vd.kind == kindSetup && vd.first
+		// A Bind with parameters is not: PostgreSQL runs their types'
+		// input functions to convert them (a domain's CHECK may call any
+		// function), and takes a snapshot for them, so that a SET
+		// TRANSACTION ISOLATION LEVEL so bound fails there anyway.
+		setup := vd != nil && vd.kind == kindSetup && vd.first && (t != 'B' || bindParams(body) == 0)
 		if setup && (t == 'B' && c.deferrals < maxDeferrals || t == 'E' && c.deferCheck()) {
 			g.deferred = true
 			if t == 'B' {
@@ -762,14 +766,14 @@ func (c *session) check() error {
 		stmt = checkName
 		if !c.checkPrepared {
 			c.checkPrepared = true
-			b = appendCloseStatement(b, checkName)
+			b = appendClose(b, 'S', checkName)
 			b = appendParse(b, checkName, checkSQL)
 			c.push(reply{msg: 'C', own: ownCheck, adm: adm, chg: -1})
 			c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
 		}
 	case c.lookup('P', 's', nil) != nil:
 		stmt = checkName
-		b = appendCloseStatement(b, checkName)
+		b = appendClose(b, 'S', checkName)
 		b = appendParse(b, checkName, checkSQL)
 		c.push(reply{msg: 'C', own: ownCheck, adm: adm, chg: -1})
 		c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
@@ -777,15 +781,46 @@ func (c *session) check() error {
 		b = appendParse(b, "", checkSQL)
 		c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
 	}
-	b = appendBindCheck(b, stmt, c.fence, uint64(adm.Token()))
-	b = appendExecuteUnnamed(b)
+	// The unnamed portal, unless the client bound one that a later
+	// Execute of its own names (a Bind put before the check because it
+	// sets the transaction up): then a portal of fencegate's name, closed
+	// once run.
+	if c.lookup('B', 'p', nil) == nil {
+		b = appendBindCheck(b, "", stmt, c.fence, uint64(adm.Token()))
+		b = appendExecuteUnnamed(b)
+		c.push(reply{msg: 'B', own: ownCheck, adm: adm, chg: -1})
+		c.push(reply{msg: 'E', own: ownCheck, adm: adm, chg: -1})
+	} else {
+		b = appendBindCheck(b, checkName, stmt, c.fence, uint64(adm.Token()))
+		b = appendExecute(b, checkName)
+		b = appendClose(b, 'P', checkName)
+		c.push(reply{msg: 'B', own: ownCheck, adm: adm, chg: -1})
+		c.push(reply{msg: 'E', own: ownCheck, adm: adm, chg: -1})
+		c.push(reply{msg: 'C', own: ownCheck, chg: -1})
+	}
 	c.out = b
-	c.push(reply{msg: 'B', own: ownCheck, adm: adm, chg: -1})
-	c.push(reply{msg: 'E', own: ownCheck, adm: adm, chg: -1})
 	if _, err := c.sw.Write(b); err != nil {
 		return err
 	}
 	return nil
+}
+
+// bindParams is the number of parameter values of a Bind message body,
+// -1 if the body is malformed (which the server refuses).
+func bindParams(body []byte) int {
+	_, rest, ok := cstring(body)
+	if !ok {
+		return -1
+	}
+	if _, rest, ok = cstring(rest); !ok || len(rest) < 2 {
+		return -1
+	}
+	nf := int(binary.BigEndian.Uint16(rest))
+	rest = rest[2:]
+	if len(rest) < 2*nf+2 {
+		return -1
+	}
+	return int(binary.BigEndian.Uint16(rest[2*nf:]))
 }
 
 // reparse prepares the client's statement name again, with the text
@@ -802,7 +837,7 @@ func (c *session) reparse(name []byte, vd *verdict) error {
 	if len(name) == 0 {
 		return nil
 	}
-	b := appendCloseStatement(c.out[:0], string(name))
+	b := appendClose(c.out[:0], 'S', string(name))
 	b = appendParse(b, string(name), vd.text)
 	c.out = b
 	c.push(reply{msg: 'C', own: ownAborted, chg: -1})

@@ -268,20 +268,20 @@ func appendParse(dst []byte, name, query string) []byte {
 	return finishMsg(append(dst, 0, 0), sp) // no parameter types
 }
 
-// appendCloseStatement closes the prepared statement name; closing one
-// that does not exist is no error.
-func appendCloseStatement(dst []byte, name string) []byte {
+// appendClose closes the prepared statement ('S') or portal ('P') name;
+// closing one that does not exist is no error.
+func appendClose(dst []byte, what byte, name string) []byte {
 	dst, sp := beginMsg(dst, 'C')
-	dst = append(dst, 'S')
+	dst = append(dst, what)
 	dst = appendCString(dst, name)
 	return finishMsg(dst, sp)
 }
 
-// appendBindCheck binds the unnamed portal to the fence check stmt with the
-// fence and token as text parameters.
-func appendBindCheck(dst []byte, stmt, fence string, token uint64) []byte {
+// appendBindCheck binds portal to the fence check stmt with the fence and
+// token as text parameters.
+func appendBindCheck(dst []byte, portal, stmt, fence string, token uint64) []byte {
 	dst, sp := beginMsg(dst, 'B')
-	dst = append(dst, 0) // unnamed portal
+	dst = appendCString(dst, portal)
 	dst = appendCString(dst, stmt)
 	dst = append(dst, 0, 0) // parameter formats: all text
 	dst = append(dst, 0, 2) // two parameters
@@ -297,6 +297,14 @@ func appendBindCheck(dst []byte, stmt, fence string, token uint64) []byte {
 
 func appendExecuteUnnamed(dst []byte) []byte {
 	return append(dst, 'E', 0, 0, 0, 9, 0, 0, 0, 0, 0)
+}
+
+// appendExecute executes all of portal.
+func appendExecute(dst []byte, portal string) []byte {
+	dst, sp := beginMsg(dst, 'E')
+	dst = appendCString(dst, portal)
+	dst = append(dst, 0, 0, 0, 0) // no row limit
+	return finishMsg(dst, sp)
 }
 
 func appendSync(dst []byte) []byte { return append(dst, 'S', 0, 0, 0, 4) }

@@ -652,7 +652,11 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		} else if complete && g.chg >= 0 {
 			c.changes[g.chg].ok = true
 		}
-		if complete && g.msg == 'E' && g.own == ownClient && g.kind == kindEnd && t == 'C' {
+		// Ended as the server's tag says: a statement fencegate saw
+		// parsed as COMMIT may since have been replaced by SQL (DEALLOCATE
+		// and PREPARE) with one that ends nothing, and the block, whose
+		// check locked the fence's row, must still end with its term.
+		if complete && g.msg == 'E' && g.own == ownClient && g.kind == kindEnd && t == 'C' && endsTransaction(body) {
 			ended = c.open.Swap(nil)
 		}
 	}
@@ -838,6 +842,17 @@ func (c *session) shiftPosition(body []byte, at, prefix int) []byte {
 }
 
 // countRows adds the rows a CommandComplete says were written.
+// endsTransaction says a CommandComplete body's tag is that of a
+// statement that ends the transaction (kindEnd's).
+func endsTransaction(body []byte) bool {
+	tag, _, _ := cstring(body)
+	switch string(tag) {
+	case "COMMIT", "ROLLBACK", "PREPARE TRANSACTION", "COMMIT PREPARED", "ROLLBACK PREPARED":
+		return true
+	}
+	return false
+}
+
 func (c *session) countRows(body []byte) {
 	tag, _, _ := cstring(body)
 	i := len(tag)

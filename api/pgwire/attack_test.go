@@ -47,6 +47,10 @@ func TestRefusedUnfenceable(t *testing.T) {
 		{"ABORT then a statement", "BEGIN", "ABORT; INSERT INTO atk (v) VALUES ('late')"},
 		{"COMMIT AND CHAIN", "BEGIN", "COMMIT AND CHAIN"},
 		{"ROLLBACK AND CHAIN", "BEGIN", "ROLLBACK AND CHAIN"},
+		// A prepared transaction would keep the fence's row past the
+		// session and its term. (This server refuses it too, with 55000:
+		// max_prepared_transactions is 0; FG006 is fencegate's refusal.)
+		{"PREPARE TRANSACTION", "BEGIN", "PREPARE TRANSACTION 'fg'"},
 		{"SET fencegate.fenced", "BEGIN", "SET LOCAL fencegate.fenced = ''"},
 		{"RESET fencegate.fenced", "BEGIN", "RESET fencegate.fenced"},
 		{"set_config of fencegate", "", "SELECT set_config('fencegate.fenced', '', true)"},
@@ -55,7 +59,7 @@ func TestRefusedUnfenceable(t *testing.T) {
 		{"SET LOCAL fencegate.token", "", "SET LOCAL fencegate.token = 1"},
 		{"a second advance", "", "SELECT fencegate.advance('other', 1)"},
 		{"the fences table", "", "UPDATE fencegate.fences SET token = 1"},
-		{"a reserved statement name", "", "PREPARE fencegate_advance_9 AS SELECT 1"},
+		{"a reserved statement name", "", "PREPARE fencegate_check AS SELECT 1"},
 	}
 	for _, tc := range simple {
 		t.Run("simple/"+tc.name, func(t *testing.T) {
@@ -113,6 +117,7 @@ func TestRefusedUnfenceable(t *testing.T) {
 		{"CALL", "CALL commit_inside()"},
 		{"DO", "DO $$ BEGIN COMMIT; END $$"},
 		{"COMMIT AND CHAIN", "COMMIT AND CHAIN"},
+		{"PREPARE TRANSACTION", "PREPARE TRANSACTION 'fg'"},
 		{"set_config", "SELECT set_config('fencegate.fenced', $1, true)"},
 	}
 	for _, tc := range extended {

@@ -91,6 +91,7 @@ func (v *verdicts) get(sql []byte) *verdict {
 const (
 	whyEndThenMore = "a transaction end followed by more statements in one string: they would run in a new transaction without the fence check; send them separately"
 	whyChain       = "AND CHAIN starts a new transaction without the fence check; send BEGIN separately"
+	whyPrepareTx   = "PREPARE TRANSACTION would keep the fence's row locked past the session and its term, until COMMIT or ROLLBACK PREPARED: two-phase commit is not served by the listener"
 	whySetting     = "fencegate.* settings are fencegate's: only `SET fencegate.token = N` outside a transaction is allowed"
 	whyShow        = "fencegate answers only `SHOW fencegate.token` and `SHOW fencegate.fence`, each as a query of its own"
 	whySetConfig   = "set_config may only change settings named by a constant other than fencegate.*"
@@ -176,8 +177,10 @@ func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
 			return kindEnd, whyChain
 		}
 		switch t.Kind {
+		case pg_query.TransactionStmtKind_TRANS_STMT_PREPARE:
+			return kindEnd, whyPrepareTx
 		case pg_query.TransactionStmtKind_TRANS_STMT_COMMIT, pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK,
-			pg_query.TransactionStmtKind_TRANS_STMT_PREPARE, pg_query.TransactionStmtKind_TRANS_STMT_COMMIT_PREPARED,
+			pg_query.TransactionStmtKind_TRANS_STMT_COMMIT_PREPARED,
 			pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_PREPARED:
 			return kindEnd, ""
 		}

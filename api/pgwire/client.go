@@ -740,7 +740,7 @@ func (c *session) setting(name string) string {
 }
 
 // check inserts the fence check before the client's next message: the
-// check prepared afresh, the unnamed portal bound to it, and Execute.
+// check prepared afresh, a portal bound to it, and Execute.
 func (c *session) check() error {
 	adm, err := c.s.gw.AdmitSQL(c.ctx, c.fence, c.token)
 	if err != nil {
@@ -761,41 +761,32 @@ func (c *session) check() error {
 	// of its own that a later Bind may name.
 	b := c.out[:0]
 	stmt := ""
-	switch {
-	case c.checkOnce:
+	if c.checkOnce || c.lookup('P', 's', nil) != nil {
 		stmt = checkName
-		if !c.checkPrepared {
-			c.checkPrepared = true
-			b = appendClose(b, 'S', checkName)
-			b = appendParse(b, checkName, checkSQL)
+	}
+	if !c.checkOnce || !c.checkPrepared {
+		c.checkPrepared = true
+		if stmt != "" {
+			b = appendClose(b, 'S', stmt)
 			c.push(reply{msg: 'C', own: ownCheck, adm: adm, chg: -1})
-			c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
 		}
-	case c.lookup('P', 's', nil) != nil:
-		stmt = checkName
-		b = appendClose(b, 'S', checkName)
-		b = appendParse(b, checkName, checkSQL)
-		c.push(reply{msg: 'C', own: ownCheck, adm: adm, chg: -1})
-		c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
-	default:
-		b = appendParse(b, "", checkSQL)
+		b = appendParse(b, stmt, checkSQL)
 		c.push(reply{msg: 'P', own: ownCheck, adm: adm, chg: -1})
 	}
 	// The unnamed portal, unless the client bound one that a later
 	// Execute of its own names (a Bind put before the check because it
 	// sets the transaction up): then a portal of fencegate's name, closed
 	// once run.
-	if c.lookup('B', 'p', nil) == nil {
-		b = appendBindCheck(b, "", stmt, c.fence, uint64(adm.Token()))
-		b = appendExecuteUnnamed(b)
-		c.push(reply{msg: 'B', own: ownCheck, adm: adm, chg: -1})
-		c.push(reply{msg: 'E', own: ownCheck, adm: adm, chg: -1})
-	} else {
-		b = appendBindCheck(b, checkName, stmt, c.fence, uint64(adm.Token()))
-		b = appendExecute(b, checkName)
-		b = appendClose(b, 'P', checkName)
-		c.push(reply{msg: 'B', own: ownCheck, adm: adm, chg: -1})
-		c.push(reply{msg: 'E', own: ownCheck, adm: adm, chg: -1})
+	portal := ""
+	if c.lookup('B', 'p', nil) != nil {
+		portal = checkName
+	}
+	b = appendBindCheck(b, portal, stmt, c.fence, uint64(adm.Token()))
+	b = appendExecute(b, portal)
+	c.push(reply{msg: 'B', own: ownCheck, adm: adm, chg: -1})
+	c.push(reply{msg: 'E', own: ownCheck, adm: adm, chg: -1})
+	if portal != "" {
+		b = appendClose(b, 'P', portal)
 		c.push(reply{msg: 'C', own: ownCheck, chg: -1})
 	}
 	c.out = b
@@ -831,8 +822,9 @@ func bindParams(body []byte) int {
 // writes, which would run unfenced. Nothing of the client's runs between
 // this Parse and its Bind. The unnamed statement is left alone: only the
 // client's Parse, which fencegate sees, replaces it. (A statement that
-// sets a transaction up takes no parameters; one the client parsed with
-// parameter types is prepared again without them.)
+// sets a transaction up uses no parameters, and a Bind that supplies some
+// is not put before the check; one the client parsed with parameter types
+// is prepared again without them.)
 func (c *session) reparse(name []byte, vd *verdict) error {
 	if len(name) == 0 {
 		return nil

@@ -841,7 +841,6 @@ func (c *session) shiftPosition(body []byte, at, prefix int) []byte {
 	return c.sout
 }
 
-// countRows adds the rows a CommandComplete says were written.
 // endsTransaction says a CommandComplete body's tag is that of a
 // statement that ends the transaction (kindEnd's).
 func endsTransaction(body []byte) bool {
@@ -853,6 +852,7 @@ func endsTransaction(body []byte) bool {
 	return false
 }
 
+// countRows adds the rows a CommandComplete says were written.
 func (c *session) countRows(body []byte) {
 	tag, _, _ := cstring(body)
 	i := len(tag)

@@ -19,3 +19,7 @@ const MaxDeferrals = maxDeferrals
 // first transaction only, so that a statement of the session's can
 // replace it.
 func (s *Server) SetTestPrepareCheckOnce() { s.testPrepareOnce.Store(true) }
+
+// SetTestHookAnswering sets a function S2C calls after it took a
+// ReadyForQuery off the queue, before it writes it to the client.
+func (s *Server) SetTestHookAnswering(f func()) { s.testHookAnswering = f }

@@ -127,6 +127,9 @@ type Server struct {
 	// testHookEnding, if set, runs in endTransaction between its decision
 	// and closing the server connection.
 	testHookEnding func()
+	// testHookAnswering, if set, runs in S2C between taking a
+	// ReadyForQuery off the queue and writing it to the client.
+	testHookAnswering func()
 	// testPrepareOnce, if set, prepares each session's check for its
 	// first transaction only, as fencegate did before it prepared it for
 	// each (tests: what a replaced check lets through).

@@ -103,6 +103,11 @@ type session struct {
 	status  byte // of the last ReadyForQuery
 	discard bool // the server skips to the next Sync after an error
 	dead    bool
+	// unsent: S2C has taken a ReadyForQuery off the queue and not yet
+	// written it to the client. The session is not idle until it has:
+	// closed in between, a client whose COMMIT committed would read
+	// 57P01 in place of its answer.
+	unsent bool
 	// lexical is why the server may read a backslash in SQL text
 	// otherwise than fencegate does (its last ParameterStatus of
 	// standard_conforming_strings or client_encoding), or "".
@@ -295,11 +300,13 @@ func (c *session) CloseNow() { c.close() }
 // is outstanding (Shutdown). The status of the last ReadyForQuery is not
 // enough: a client in the extended protocol may have begun a transaction
 // and run statements in it, answered, without a Sync yet; its check has
-// passed (open). It closes on its own goroutine: telling a client that
+// passed (open). Nor is an empty queue: the last ReadyForQuery may be
+// off it and not yet written (unsent), and S2C ends the session after
+// writing it (answered). It closes on its own goroutine: telling a client that
 // does not read may take a second, and the listener's lock is held here.
 func (c *session) CloseIfIdle() {
 	c.qmu.Lock()
-	idle := c.qlen == 0 && c.status == 'I' && c.open.Load() == nil
+	idle := c.idle()
 	if idle {
 		// Shut in the same step, as endTransaction does: C2S queues each
 		// message before it writes it, so none reaches the server after
@@ -311,6 +318,28 @@ func (c *session) CloseIfIdle() {
 		c.shutdown.Store(true)
 		go c.close()
 	}
+}
+
+// idle says no transaction is open and every answer is written to the
+// client; under qmu.
+func (c *session) idle() bool {
+	return c.qlen == 0 && c.status == 'I' && c.open.Load() == nil && !c.unsent
+}
+
+// answered records that S2C has written the client a ReadyForQuery, and
+// says whether the session is to end now because the server shuts down:
+// it is idle, and is shut in the same step (CloseIfIdle). Shutdown calls
+// CloseIfIdle after the group is Closing, so a session one of them finds
+// unsent, the other finds Closing.
+func (c *session) answered() bool {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	c.unsent = false
+	end := c.idle() && c.s.conns.Closing()
+	if end {
+		c.toServer.shut.Store(true)
+	}
+	return end
 }
 
 // run serves the session until either side closes. A client that leaves
@@ -521,6 +550,11 @@ func (c *session) serverLoop() error {
 		if err != nil {
 			return err
 		}
+		if t == 'Z' {
+			if h := c.s.testHookAnswering; h != nil {
+				h()
+			}
+		}
 		// A streamed row or COPY data (c.sr.streamed) is the client's
 		// (out is raw, its start) or of fencegate's own statements (nil:
 		// the rest is skipped by next).
@@ -528,6 +562,12 @@ func (c *session) serverLoop() error {
 			if err := c.toClient(out); err != nil {
 				return err
 			}
+		}
+		// Shutting down: an idle session ends after this ReadyForQuery;
+		// one in a transaction goes on until the transaction ends.
+		if t == 'Z' && c.answered() {
+			c.shutdown.Store(true)
+			return errShutdown
 		}
 	}
 }
@@ -683,6 +723,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		}
 		c.pop()
 		if t == 'Z' {
+			c.unsent = true
 			c.qcond.Broadcast()
 		}
 	}
@@ -691,9 +732,6 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		unended = c.open.Swap(passed) // nil: a check starts each transaction once
 	}
 	notRun, c.notRun = c.notRun, nil
-	// Shutting down: an idle session ends after this ReadyForQuery; one
-	// in a transaction goes on until the transaction ends.
-	closeNow := t == 'Z' && c.qlen == 0 && c.status == 'I' && c.s.conns.Closing()
 	c.qmu.Unlock()
 
 	if refused != nil {
@@ -717,11 +755,6 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 			c.digest.Add(text)
 		}
 		c.setupTexts = c.setupTexts[:0]
-	}
-	if closeNow {
-		_ = c.answer(out)
-		c.shutdown.Store(true)
-		return nil, errShutdown
 	}
 	return out, nil
 }

@@ -2,6 +2,7 @@ package pgwire_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -66,4 +67,63 @@ func waitShutdownFatal(t *testing.T, what string, c *pgx.Conn) {
 	if !ok || er.Severity != "FATAL" || er.Code != "57P01" {
 		t.Fatalf("%s: last message before the end %#v, want FATAL 57P01", what, last)
 	}
+}
+
+// TestShutdownBetweenCommitAndAnswer: Shutdown that comes after a
+// transaction committed and S2C took its ReadyForQuery off the queue,
+// but before S2C wrote it to the client, must let the answer through
+// before the 57P01: the session looks idle there (nothing queued, status
+// 'I', no transaction open), and closed then, its client reads FATAL
+// 57P01 for a write that is stored: a refusal that lies (as
+// cmd/fencegate.TestRedTeam2SigtermUnderLoad once caught under load).
+// The hook holds S2C in that window while Shutdown runs.
+func TestShutdownBetweenCommitAndAnswer(t *testing.T) {
+	ctx := t.Context()
+	e := newEnv(t, pgwire.Config{})
+	e.table(t, "sdwin")
+	tok, _ := e.lead(t, "sdwin")
+	c := e.connect(t, "sdwin", tok)
+
+	var armed atomic.Bool
+	held, release := make(chan struct{}), make(chan struct{})
+	e.srv.SetTestHookAnswering(func() {
+		if armed.CompareAndSwap(true, false) {
+			close(held)
+			<-release
+		}
+	})
+	armed.Store(true)
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := c.Exec(ctx, "INSERT INTO sdwin (v) VALUES ('committed')")
+		wrote <- err
+	}()
+	select {
+	case <-held:
+	case err := <-wrote:
+		t.Fatalf("the INSERT was answered without passing the hook: %v", err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the INSERT's ReadyForQuery never reached the hook")
+	}
+	done := make(chan error, 1)
+	go func() {
+		sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+		defer cancel()
+		done <- e.srv.Shutdown(sctx)
+	}()
+	// Shutdown has looked at the session (Group.Shutdown calls
+	// CloseIfIdle before it waits), and a close it started has had time
+	// to tell the client.
+	time.Sleep(500 * time.Millisecond)
+	close(release)
+
+	err := <-wrote
+	n := e.count(t, "sdwin")
+	if err != nil || n != 1 {
+		t.Errorf("the client was told %v, and the table holds %d rows: want the INSERT answered and stored", err, n)
+	}
+	if err := <-done; err != nil {
+		t.Errorf("Shutdown: %v", err)
+	}
+	waitShutdownFatal(t, "session after its answer", c)
 }

@@ -43,6 +43,13 @@ func (c *session) clientLoop() error {
 		if err != nil {
 			var tl *tooLong
 			if errors.As(err, &tl) {
+				// The answers to what came before go first, as
+				// PostgreSQL gives them before it reads this message.
+				if c.sw.Flush() == nil {
+					c.qmu.Lock()
+					c.waitAnswered()
+					c.qmu.Unlock()
+				}
 				c.tellFatal(c.refusalOf(tl.Error()))
 				listen.Linger(c.client, c.cr.r, int64(tl.n), listen.LingerTime)
 			}
@@ -90,15 +97,14 @@ func (c *session) refusalOf(why string) *tokens.RefusalError {
 }
 
 // startSegment waits, at the start of a segment, until every earlier one
-// is answered, and learns the transaction status the segment starts in.
+// is answered and its answer written (waitAnswered), and learns the
+// transaction status the segment starts in.
 func (c *session) startSegment() error {
 	if err := c.sw.Flush(); err != nil {
 		return err
 	}
 	c.qmu.Lock()
-	for c.syncs > 0 && !c.dead {
-		c.qcond.Wait()
-	}
+	c.waitAnswered()
 	status, dead := c.status, c.dead
 	c.segLexical = c.lexical.why()
 	// What the server confirmed of the last segment now holds; the slice

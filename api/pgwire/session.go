@@ -310,12 +310,13 @@ func (c *session) CloseIfIdle() {
 	if idle {
 		// Shut in the same step, as endTransaction does: C2S queues each
 		// message before it writes it, so none reaches the server after
-		// this check, and the client told 57P01 ran nothing more.
+		// this check, and the client told 57P01 ran nothing more. The
+		// reason is set first: C2S, failing to write, closes too.
+		c.shutdown.Store(true)
 		c.toServer.shut.Store(true)
 	}
 	c.qmu.Unlock()
 	if idle {
-		c.shutdown.Store(true)
 		go c.close()
 	}
 }
@@ -335,11 +336,23 @@ func (c *session) answered() bool {
 	c.qmu.Lock()
 	defer c.qmu.Unlock()
 	c.unsent = false
+	c.qcond.Broadcast() // waitAnswered
 	end := c.idle() && c.s.conns.Closing()
 	if end {
+		c.shutdown.Store(true)
 		c.toServer.shut.Store(true)
 	}
 	return end
+}
+
+// waitAnswered waits until every Query and Sync sent is answered and
+// the answer written to the client, or the session is dead; under qmu.
+// What C2S writes the client itself goes after them, as the client
+// matches answers to what it sent in order.
+func (c *session) waitAnswered() {
+	for (c.syncs > 0 || c.unsent) && !c.dead {
+		c.qcond.Wait()
+	}
 }
 
 // run serves the session until either side closes. A client that leaves
@@ -566,7 +579,6 @@ func (c *session) serverLoop() error {
 		// Shutting down: an idle session ends after this ReadyForQuery;
 		// one in a transaction goes on until the transaction ends.
 		if t == 'Z' && c.answered() {
-			c.shutdown.Store(true)
 			return errShutdown
 		}
 	}
@@ -723,8 +735,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		}
 		c.pop()
 		if t == 'Z' {
-			c.unsent = true
-			c.qcond.Broadcast()
+			c.unsent = true // until answered
 		}
 	}
 	var unended *proxy.Admission

@@ -46,8 +46,9 @@ type session struct {
 
 	deadlineSet time.Time // when the write deadline was last moved
 
-	mu   sync.Mutex
-	idle bool // blocked reading with every reply flushed
+	mu     sync.Mutex
+	idle   bool // blocked reading with every reply flushed
+	closed bool // CloseIfIdle closed it
 }
 
 func newSession(ctx context.Context, s *Server, c net.Conn) *session {
@@ -86,8 +87,10 @@ func (s *session) serve() error {
 			var err error
 			s.beforeRead()
 			args, err = s.r.command()
-			if idle {
-				s.busy()
+			if idle && !s.busy() {
+				// Shutdown closed the session as it read: the command
+				// does not run, as Shutdown told its client.
+				return ErrServerClosed
 			}
 			if err != nil {
 				return s.fail(err)
@@ -95,8 +98,12 @@ func (s *session) serve() error {
 		}
 		k := kindOf(args[0])
 		if k != kindData || s.multi || !s.authed {
+			s.armWrite()
 			if err := s.local(k, args); err != nil {
 				_ = s.flush()
+				return err
+			}
+			if err := s.w.err(); err != nil {
 				return err
 			}
 			continue
@@ -122,6 +129,11 @@ func (s *session) serve() error {
 		s.batch = batch
 		s.runBatch(batch)
 		clear(s.batch)
+		// Replies that could not be written end the session: nothing
+		// more the client sent runs unanswered.
+		if err := s.w.err(); err != nil {
+			return err
+		}
 		if rerr != nil {
 			return s.fail(rerr)
 		}
@@ -177,13 +189,21 @@ func (s *session) flush() error {
 	if s.w.bw.Buffered() == 0 {
 		return nil
 	}
-	// Moving the deadline costs a timer update per flush; moved when a
-	// quarter of WriteTimeout has passed, it stays ¾ to all of it away.
+	s.armWrite()
+	return s.w.flush()
+}
+
+// armWrite moves the write deadline before replies are written: the
+// buffer writes to the connection when it fills, not only at flush, and
+// a deadline set before the session waited for its client, or before a
+// write to Redis, may be past, failing a write of replies to writes that
+// were applied. Moving it costs a timer update; moved when a quarter of
+// WriteTimeout has passed, it stays ¾ to all of it away.
+func (s *session) armWrite() {
 	if now := time.Now(); now.Sub(s.deadlineSet) >= s.srv.cfg.WriteTimeout/4 {
 		s.deadlineSet = now
 		_ = s.conn.SetWriteDeadline(now.Add(s.srv.cfg.WriteTimeout))
 	}
-	return s.w.flush()
 }
 
 // waitIdle marks the session idle before it blocks reading, unless the
@@ -198,10 +218,13 @@ func (s *session) waitIdle() bool {
 	return true
 }
 
-func (s *session) busy() {
+// busy marks the session busy once it has read a command, and says
+// whether it may run it: not if Shutdown closed it while it waited.
+func (s *session) busy() bool {
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	s.idle = false
-	s.mu.Unlock()
+	return !s.closed
 }
 
 // CloseNow closes the session's connection (Close).
@@ -213,6 +236,7 @@ func (s *session) CloseIfIdle() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.idle {
+		s.closed = true
 		s.conn.Close()
 	}
 }
@@ -224,6 +248,7 @@ func (s *session) runBatch(cmds [][]string) {
 	}
 	out := s.out[:len(cmds)]
 	s.exec(cmds, out)
+	s.armWrite()
 	for i, v := range out {
 		if err, ok := v.(error); ok {
 			s.w.error(errorText(err, true))
@@ -569,6 +594,7 @@ func (s *session) execMulti() {
 		return
 	}
 	_, res, err := s.srv.gw.Redis(s.ctx, s.fence, s.token, s.queued)
+	s.armWrite()
 	if err != nil {
 		if _, ok := perCommand(err, len(s.queued)); ok {
 			w.error("EXECABORT Transaction discarded, nothing applied: " + errorText(err, false))

@@ -20,6 +20,14 @@ func newWriter(w io.Writer) *writer {
 	return &writer{bw: bufio.NewWriterSize(w, 16<<10)}
 }
 
+// err is the error of a write to the connection that failed, if one did:
+// the buffer keeps it and writes nothing more (a Write of nothing
+// returns it).
+func (w *writer) err() error {
+	_, err := w.bw.Write(nil)
+	return err
+}
+
 func (w *writer) prefixed(p byte, n int64) {
 	b := append(w.num[:0], p)
 	b = strconv.AppendInt(b, n, 10)

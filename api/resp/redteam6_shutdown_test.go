@@ -77,7 +77,7 @@ func TestRedTeam6ShutdownClosesAfterRead(t *testing.T) {
 	tl := &trapListener{Listener: lis, marker: []byte("INCR")}
 	tl.onRead = func(c *trapConn) {
 		go func() {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(t.Context()), 10*time.Second)
 			defer cancel()
 			shutdownDone <- e.srv.Shutdown(ctx)
 		}()

@@ -235,6 +235,11 @@ func (c *session) query(body, raw []byte) error {
 	if !ok {
 		return errors.New("pgwire: Query without NUL")
 	}
+	if c.swallow {
+		// The server skips it too, to the Sync: it ends nothing, and
+		// the segment goes on (what it sent is still to be answered).
+		return nil
+	}
 	atStart := c.segStart
 	if atStart {
 		if err := c.startSegment(); err != nil {
@@ -242,9 +247,6 @@ func (c *session) query(body, raw []byte) error {
 		}
 	}
 	c.segStart = true // a Query ends the segment
-	if c.swallow {
-		return nil // the server would skip it too
-	}
 	idle := atStart && c.idleStart()
 	vd := c.s.stmts.get(sql)
 	// First: where the database may read the text otherwise, fencegate's
@@ -390,15 +392,15 @@ func (c *session) lexicalRefusal(sql []byte, atStart bool, vd *verdict) string {
 // implicit transaction of the messages before it, so like a Query it ends
 // the segment: what follows starts a new one, fenced anew.
 func (c *session) functionCall() error {
+	if c.swallow {
+		return nil // skipped by the server too, as a Query (query)
+	}
 	if c.segStart {
 		if err := c.startSegment(); err != nil {
 			return err
 		}
 	}
 	c.segStart = true
-	if c.swallow {
-		return nil // the server would skip it too
-	}
 	return c.refuseQuery(c.refusalOf(whyFunctionCall), nil)
 }
 

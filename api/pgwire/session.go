@@ -499,7 +499,9 @@ func (c *session) front() *reply {
 		if !c.discard || g.msg == 'S' {
 			return g
 		}
-		if g.own == ownCheck && g.adm != nil {
+		// A skipped check, in its own messages or prefixed to a Query,
+		// ran nothing: its admission ends (as in done).
+		if g.adm != nil && (g.msg != 'Q' || !g.passed) {
 			c.notRun = append(c.notRun, g.adm)
 		}
 		c.pop()

@@ -21,7 +21,7 @@ func TestPublishOrder(t *testing.T) {
 		{"leader 5 gone", state{exists: true, pzxid: 12}, 0, 5},
 		{"an older read of leader 5, folded late", state{exists: true, pzxid: 10, czxid: 5, leader: "/e/f/latch-0000000001"}, 0, 5},
 		{"leader 13", state{exists: true, pzxid: 13, czxid: 13, leader: "/e/f/latch-0000000002"}, 13, 13},
-		{"an older read with no leader, folded late", state{exists: true, pzxid: 12}, 0, 13},
+		{"an older read with no leader, folded late", state{exists: true, pzxid: 12}, 13, 13},
 		{"leader 13 read again", state{exists: true, pzxid: 13, czxid: 13, leader: "/e/f/latch-0000000002"}, 13, 13},
 	} {
 		s.publish("f", step.st)

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -74,6 +75,17 @@ type Source struct {
 	pubMu sync.Mutex
 	mu    sync.RWMutex
 	terms map[string]election.Term // guarded by mu
+	// sessions counts the connections established (a session made or
+	// resumed); readAt holds, for each election, the count its last read
+	// began in. An election is fresh only when read in the current
+	// connection: what changed while fencegate was cut off is not in
+	// memory until then.
+	sessions *atomic.Uint64
+	readAt   map[string]uint64 // guarded by mu
+	// reread is closed, and replaced, when a connection is established:
+	// each watch reads its election again (kick).
+	rereadMu sync.Mutex
+	reread   chan struct{}
 	// watched are the elections with a watch, started or asked for.
 	watched map[string]bool // guarded by mu
 	wantCh  chan string     // elections to start watching, for Run
@@ -105,18 +117,7 @@ func New(cfg Config) (*Source, error) {
 		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	log := cfg.Logger
-	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
-		zk.WithLogger(zkLogger{log}), zk.WithLogInfo(false),
-		zk.WithEventCallback(func(ev zk.Event) {
-			if ev.Type == zk.EventSession {
-				log.Debug("zookeeper session", "state", ev.State.String(), "server", ev.Server)
-			}
-		}))
-	if err != nil {
-		return nil, fmt.Errorf("zookeeper: %w", err)
-	}
-	return &Source{
-		conn:     conn,
+	s := &Source{
 		root:     cfg.Root,
 		log:      log,
 		onChange: cfg.OnChange,
@@ -124,7 +125,57 @@ func New(cfg Config) (*Source, error) {
 		terms:    make(map[string]election.Term),
 		watched:  make(map[string]bool),
 		wantCh:   make(chan string, 256),
-	}, nil
+		sessions: new(atomic.Uint64),
+		readAt:   make(map[string]uint64),
+		reread:   make(chan struct{}),
+	}
+	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
+		zk.WithLogger(zkLogger{log}), zk.WithLogInfo(false),
+		zk.WithEventCallback(func(ev zk.Event) {
+			if ev.Type == zk.EventSession {
+				log.Debug("zookeeper session", "state", ev.State.String(), "server", ev.Server)
+				if ev.State == zk.StateHasSession {
+					s.sessions.Add(1)
+					s.kick()
+				}
+			}
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("zookeeper: %w", err)
+	}
+	s.conn = conn
+	return s, nil
+}
+
+// kick makes every watch read its election again.
+func (s *Source) kick() {
+	s.rereadMu.Lock()
+	close(s.reread)
+	s.reread = make(chan struct{})
+	s.rereadMu.Unlock()
+}
+
+func (s *Source) rereadCh() <-chan struct{} {
+	s.rereadMu.Lock()
+	defer s.rereadMu.Unlock()
+	return s.reread
+}
+
+// Fresh reports whether the term of election name in memory is current
+// as far as the source knows: the session is established and the
+// election was read since the connection was. Cut off from ZooKeeper,
+// memory may hold a term that ended meanwhile, and would let its zombie
+// through for as long as the cut lasts; the gateway reads such a fence
+// before each write instead (election.Freshness).
+func (s *Source) Fresh(name string) bool {
+	if !s.Connected() {
+		return false
+	}
+	n := s.sessions.Load()
+	s.mu.RLock()
+	at := s.readAt[name]
+	s.mu.RUnlock()
+	return at == n
 }
 
 // zkLogger sends the client's own log lines to slog, at debug level: they
@@ -218,6 +269,8 @@ func (s *Source) watch(ctx context.Context, name string) {
 	path := s.path(name)
 	var backoff time.Duration
 	for {
+		again := s.rereadCh()
+		n := s.sessions.Load()
 		st, ch, err := s.read(path, true)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -234,11 +287,15 @@ func (s *Source) watch(ctx context.Context, name string) {
 		}
 		backoff = 0
 		s.publish(name, st)
+		s.readIn(name, n)
 		select {
 		case <-ctx.Done():
 			return
 		case <-ch:
 			// Any event, a lost watch included: read again.
+		case <-again:
+			// A connection established: what changed while there was
+			// none may have fired no event yet.
 		}
 	}
 }
@@ -340,10 +397,22 @@ func sequence(name string) (int64, bool) {
 	return n, err == nil
 }
 
+// readIn records that a read of election name, begun while the count of
+// connections was n, is published (Fresh).
+func (s *Source) readIn(name string, n uint64) {
+	s.mu.Lock()
+	if s.watched[name] {
+		s.readAt[name] = max(s.readAt[name], n)
+	}
+	s.mu.Unlock()
+}
+
 // publish folds a read of election name into memory unless a later read is
-// published already: a leader is published only from a read at or after
-// the published one, so an older read cannot bring back a leader that has
-// gone. A read that finds no leader is always taken: at worst it makes the
+// published already: a read of the election's node older than the one
+// published (its children's pzxid) is dropped, so it can neither bring
+// back a leader that has gone nor end the term of one that came since (a
+// current leader refused TERM_ENDED until the election changes again). A
+// read that finds no election node is always taken: at worst it makes the
 // next write verify.
 func (s *Source) publish(name string, st state) election.Term {
 	s.pubMu.Lock()
@@ -355,7 +424,7 @@ func (s *Source) publish(name string, st state) election.Term {
 	}
 	t := old
 	switch {
-	case st.czxid != 0 && st.pzxid < old.ObservedRev:
+	case st.exists && st.pzxid < old.ObservedRev:
 		s.mu.Unlock()
 		return old
 	case st.czxid != 0:
@@ -404,6 +473,7 @@ func (s *Source) Verify(ctx context.Context, name string, token int64) (election
 	// The client's calls take no context: they wait out a reconnection.
 	done := make(chan result, 1)
 	path := s.path(name)
+	n := s.sessions.Load()
 	go func() {
 		if _, err := s.conn.Sync(path); err != nil && !errors.Is(err, zk.ErrNoNode) {
 			done <- result{err: err}
@@ -424,6 +494,7 @@ func (s *Source) Verify(ctx context.Context, name string, token int64) (election
 	// The newest state known answers: this read, or a later one the
 	// watch published meanwhile.
 	t := s.publish(name, r.st)
+	s.readIn(name, n)
 	return t, t.HasLeader() && token == t.Rev, nil
 }
 

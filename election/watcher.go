@@ -73,6 +73,12 @@ type Watcher struct {
 	terms   map[string]Term                 // published, guarded by mu
 	cands   map[string]map[string]candidate // election -> key -> candidate, guarded by mu
 	applied int64                           // revision the watch has applied up to, guarded by mu
+	// floor, once etcd's revision went backwards (restored from a backup
+	// without --bump-revision), is the highest revision applied before:
+	// etcd hands out the numbers up to it again, so a term at or below it
+	// may be held by a leader from before the restore as well as one from
+	// after, and none is current. Guarded by mu.
+	floor int64
 
 	// testHookBeforeWatch, if set, runs after a list and before the watch
 	// is opened.
@@ -286,7 +292,9 @@ func (w *Watcher) applyList(rev int64, kvs []*mvccpb.KeyValue) {
 	if rev < w.applied {
 		// etcd's history went backwards (restored from a backup): the
 		// list is the truth now.
-		w.log.Warn("etcd revision went backwards; trusting the new list", "prefix", w.prefix, "had", w.applied, "now", rev)
+		w.floor = max(w.floor, w.applied)
+		w.log.Warn("etcd revision went backwards (restored without --bump-revision?): terms up to the revision before are refused, as leaders from before and after the restore may hold the same one; leaders holding one must campaign again",
+			"prefix", w.prefix, "had", w.applied, "now", rev)
 		for name, t := range w.terms {
 			t.ObservedRev = 0
 			w.terms[name] = t
@@ -384,6 +392,16 @@ func (w *Watcher) publish(changes []change, name string, rev int64) []change {
 // candidate key (none when key is empty), unless a state observed at rev or
 // later is published already. w.mu must be held.
 func (w *Watcher) set(changes []change, name string, rev int64, key string, c candidate) []change {
+	if key != "" && c.createRev <= w.floor {
+		// A term etcd handed out twice: held by no one as far as
+		// fencegate knows (floor). Last still learns it, so it reads
+		// as ended.
+		if t, ok := w.terms[name]; ok && c.createRev > t.Last {
+			t.Last = c.createRev
+			w.terms[name] = t
+		}
+		key, c = "", candidate{}
+	}
 	old, known := w.terms[name]
 	if !known {
 		if key == "" {
@@ -444,10 +462,13 @@ func (w *Watcher) Verify(ctx context.Context, name string, token int64) (Term, b
 		return Term{}, false, fmt.Errorf("election: verify %q: %w", name, err)
 	}
 	t := w.fold(name, resp)
+	w.mu.RLock()
+	floor := w.floor
+	w.mu.RUnlock()
 	switch {
 	case t.HasLeader():
 		return t, token == t.Rev, nil
-	case token <= t.Last || token > resp.Header.Revision:
+	case token <= t.Last || token > resp.Header.Revision || token <= floor:
 		return t, false, nil
 	}
 	held, err := w.created(ctx, pfx, token)

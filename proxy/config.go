@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math"
 	"time"
+
+	"github.com/fencegate/fencegate/election"
 )
 
 // Config holds the pipeline's request limits.
@@ -75,22 +77,6 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// ValidFenceName reports whether name is a usable fence name: 1 to maxLen
-// bytes of ASCII letters, digits, '.', '_' and '-', starting with a letter
-// or digit. The same name is an etcd path segment and a Redis hash tag, so
-// '/', '{' and '}' are out.
-func ValidFenceName(name string, maxLen int) bool {
-	if name == "" || len(name) > maxLen {
-		return false
-	}
-	for i := 0; i < len(name); i++ {
-		c := name[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case i > 0 && (c == '.' || c == '_' || c == '-'):
-		default:
-			return false
-		}
-	}
-	return true
-}
+// ValidFenceName reports whether name is a usable fence name
+// (election.ValidFenceName).
+func ValidFenceName(name string, maxLen int) bool { return election.ValidFenceName(name, maxLen) }

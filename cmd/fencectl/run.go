@@ -56,6 +56,10 @@ Exit status: CMD's (at least 1 when the leadership ended first); 1 when
 fencectl fails before CMD starts; 126 or 127
 when CMD cannot be run; 128+n when signal n interrupts the campaign.`
 
+// maxFenceName is the longest fence name fencegate takes
+// (proxy.Config.MaxFenceName's default).
+const maxFenceName = 128
+
 // runConfig is what `fencectl run` is configured with.
 type runConfig struct {
 	Election   string
@@ -78,6 +82,9 @@ func (rc *runConfig) validate() (time.Duration, error) {
 	}
 	if rc.Fence == "" {
 		rc.Fence = rc.Election
+	}
+	if !election.ValidFenceName(rc.Fence, maxFenceName) {
+		return 0, fmt.Errorf("run: fence %q (--fence, default the election's name): want letters, digits, '.', '_' and '-', starting with a letter or digit, as fencegate takes", rc.Fence)
 	}
 	if rc.TTL < time.Second || rc.TTL%time.Second != 0 {
 		return 0, fmt.Errorf("run: --ttl %v: want a whole number of seconds, at least 1s", rc.TTL)

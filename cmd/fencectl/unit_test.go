@@ -47,6 +47,9 @@ func TestRunConfigValidate(t *testing.T) {
 		{"fractional ttl", runConfig{Election: "e", TTL: 1500 * time.Millisecond}, 0, "whole number of seconds"},
 		{"negative grace", runConfig{Election: "e", TTL: 10 * time.Second, Grace: -1}, 0, "negative"},
 		{"kill margin too big", runConfig{Election: "e", TTL: 4 * time.Second, KillMargin: 3 * time.Second}, 0, "--kill-margin"},
+		{"fence with a space", runConfig{Election: "e", Fence: "a b", TTL: 10 * time.Second}, 0, "fence \"a b\""},
+		{"election not a fence name", runConfig{Election: "{e}", TTL: 10 * time.Second}, 0, "default the election's name"},
+		{"fence of its own", runConfig{Election: "e", Fence: "billing.v2", TTL: 10 * time.Second, Grace: 2 * time.Second}, 10 * time.Second / 3, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := tc.rc.validate()

@@ -46,8 +46,12 @@ const checkSQL = "SELECT fencegate.advance_session($1::pg_catalog.text, $2::pg_c
 //     fencegate_runtime's), write a table of schema fencegate (directly,
 //     or as pg_write_all_data), or create objects in it;
 //   - empty: neither.
-const roleCheckSQL = "SELECT CASE WHEN pg_catalog.bool_or(r.rolsuper OR r.rolcreaterole OR r.rolname IN " +
-	"('fencegate_owner', 'pg_write_server_files', 'pg_execute_server_program')) THEN 'owner' " +
+//
+// It runs in the client's session, with the client's settings: every
+// operator is pg_catalog's by name, as a search_path the login set (in
+// its startup options, or ALTER ROLE) could put an = of its own first.
+const roleCheckSQL = "SELECT CASE WHEN pg_catalog.bool_or(r.rolsuper OR r.rolcreaterole OR r.rolname OPERATOR(pg_catalog.=) ANY " +
+	"('{fencegate_owner,pg_write_server_files,pg_execute_server_program}'::pg_catalog.name[])) THEN 'owner' " +
 	"WHEN pg_catalog.bool_or(" +
 	"pg_catalog.has_function_privilege(r.oid, 'fencegate.advance(pg_catalog.text, pg_catalog.int8)', 'EXECUTE') OR " +
 	"pg_catalog.has_function_privilege(r.oid, 'fencegate.advance_term(pg_catalog.text, pg_catalog.int8, pg_catalog.text, pg_catalog.text)', 'EXECUTE') OR " +
@@ -55,7 +59,7 @@ const roleCheckSQL = "SELECT CASE WHEN pg_catalog.bool_or(r.rolsuper OR r.rolcre
 	"pg_catalog.has_function_privilege(r.oid, 'fencegate.bind_session(pg_catalog.int4, pg_catalog.name, pg_catalog.text, pg_catalog.text, pg_catalog.text)', 'EXECUTE') OR " +
 	"pg_catalog.has_schema_privilege(r.oid, 'fencegate', 'CREATE') OR " +
 	"EXISTS (SELECT FROM pg_catalog.pg_class c WHERE c.relnamespace OPERATOR(pg_catalog.=) 'fencegate'::pg_catalog.regnamespace " +
-	"AND c.relkind IN ('r', 'p') AND pg_catalog.has_table_privilege(r.oid, c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))" +
+	"AND c.relkind OPERATOR(pg_catalog.=) ANY ('{r,p}'::pg_catalog.\"char\"[]) AND pg_catalog.has_table_privilege(r.oid, c.oid, 'INSERT, UPDATE, DELETE, TRUNCATE'))" +
 	") THEN 'runtime' ELSE '' END " +
 	"FROM pg_catalog.pg_roles r WHERE pg_catalog.pg_has_role(session_user, r.oid, 'MEMBER')"
 
@@ -459,6 +463,10 @@ func (c *session) relayAuth() error {
 			if ct != 'p' {
 				return &fatal{code: "08P01", msg: fmt.Sprintf("fencegate: expected a password message, got %q", ct)}
 			}
+			if code == 10 && c.bindingRefused(craw) {
+				return &fatal{code: "28000", msg: "fencegate: SCRAM channel binding cannot pass through fencegate, which ends the client's TLS and opens its own to the database, " +
+					"and a database reached over TLS refuses a client that could bind but was not offered it: connect with channel_binding=disable"}
+			}
 			if _, err := c.sw.Write(craw); err != nil {
 				return c.startLost(err)
 			}
@@ -475,6 +483,23 @@ func (c *session) relayAuth() error {
 			return &fatal{code: "08P01", msg: fmt.Sprintf("fencegate: unexpected message %q from the database during authentication", t)}
 		}
 	}
+}
+
+// bindingRefused says the database will refuse the client's SCRAM start
+// (raw, a SASLInitialResponse): its GS2 header says "y" (the client
+// supports channel binding and thinks the server does not, as fencegate
+// offers no -PLUS), and the database, reached over TLS, does support it:
+// SCRAM's guard against a downgrade, which a client's signed proof keeps
+// fencegate from changing.
+func (c *session) bindingRefused(raw []byte) bool {
+	if _, tlsServer := c.server.(*tls.Conn); !tlsServer || len(raw) < 5 {
+		return false
+	}
+	_, rest, ok := cstring(raw[5:]) // the mechanism
+	if !ok || len(rest) < 5 {
+		return false
+	}
+	return rest[4] == 'y' // after the data's int32 length
 }
 
 // startLost is the FATAL a client gets when the database stops answering

@@ -176,6 +176,29 @@ func (st *connState) trim() {
 	}
 }
 
+// forget drops the statement prepared for sql, if one is: it is
+// deallocated with the next batch, and the next write of sql prepares it
+// again.
+func (st *connState) forget(sql string) {
+	e, ok := st.stmts[sql]
+	if !ok {
+		return
+	}
+	st.lru.Remove(e)
+	delete(st.stmts, sql)
+	st.evicted = append(st.evicted, e.Value.(*pgconn.StatementDescription).Name)
+}
+
+// stalePlan says err is the server's refusal to run a prepared statement
+// whose result's shape changed since it was prepared (a column added to
+// a table under SELECT * or RETURNING *: "cached plan must not change
+// result type"), which it refuses every time after, as pgx's own cache
+// knows.
+func stalePlan(err error) bool {
+	var pe *pgconn.PgError
+	return errors.As(err, &pe) && pe.Code == "0A000"
+}
+
 func (st *connState) newName() string {
 	st.seq++
 	return "fencegate_" + strconv.FormatUint(st.seq, 10)
@@ -234,6 +257,9 @@ func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
 		if err == nil {
 			c.finish(results, nil)
 			continue
+		}
+		if at >= 0 && at < len(c.stmts) && stalePlan(err) {
+			st.forget(c.stmts[at].SQL)
 		}
 		r := b.refusal(c, at, err, true)
 		if st.cancelled(seq) && r.Reason == tokens.ReasonBackendUnavailable {

@@ -330,10 +330,19 @@ func (g *Gateway) RefuseRequest(ctx context.Context, a policy.Action, fence, raw
 // authorize decides whether the caller the transport attached to ctx may
 // do a to fence, and returns the PostgreSQL role the policy runs its
 // statements as. It is the one authorization of every way in.
-func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) (grant, error) {
-	if g.policy == nil && !g.authReq {
-		return grant{}, nil
-	}
+// Authenticated says whether the caller of ctx has the identity the
+// gateway requires (AuthRequired): nil, or the UNAUTHENTICATED refusal
+// each of its writes to fence would get. A listener asks it at login, so
+// that a caller every write of which would be refused does not stay
+// logged in.
+func (g *Gateway) Authenticated(ctx context.Context, fence string) error {
+	_, err := g.authenticate(ctx, fence)
+	return err
+}
+
+// authenticate returns the caller's principal, or the UNAUTHENTICATED
+// refusal when it has none and one is required.
+func (g *Gateway) authenticate(ctx context.Context, fence string) (string, error) {
 	var principal string
 	c := policy.CallerFrom(ctx)
 	if c != nil {
@@ -344,7 +353,18 @@ func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) 
 		if c != nil && c.AuthError != "" {
 			why = c.AuthError
 		}
-		return grant{}, tokens.Refuse(tokens.ReasonUnauthenticated, fence, 0, "%s", why)
+		return "", tokens.Refuse(tokens.ReasonUnauthenticated, fence, 0, "%s", why)
+	}
+	return principal, nil
+}
+
+func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) (grant, error) {
+	if g.policy == nil && !g.authReq {
+		return grant{}, nil
+	}
+	principal, err := g.authenticate(ctx, fence)
+	if err != nil {
+		return grant{}, err
 	}
 	if g.policy == nil {
 		return grant{}, nil

@@ -120,9 +120,16 @@ func (r *reader) command() ([]string, error) {
 	}
 }
 
+// maxKeptScratch is the most of scratch a reader keeps between commands:
+// one large command must not make an idle connection hold its size.
+const maxKeptScratch = 64 << 10
+
 // split turns scratch and ends into arguments backed by one string.
 func (r *reader) split() []string {
 	all := string(r.scratch)
+	if cap(r.scratch) > maxKeptScratch {
+		r.scratch = nil
+	}
 	args := make([]string, len(r.ends))
 	start := 0
 	for i, end := range r.ends {

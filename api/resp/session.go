@@ -36,9 +36,10 @@ type session struct {
 	authBy time.Time
 	readBy bool
 
-	multi  bool
-	dirty  bool // a command was refused while queueing: EXEC aborts
-	queued [][]string
+	multi       bool
+	dirty       bool // a command was refused while queueing: EXEC aborts
+	queued      [][]string
+	queuedBytes int // of queued's arguments, at most MaxCommandBytes
 
 	// Reused between batches: nothing below keeps them after a write.
 	batch [][]string
@@ -427,8 +428,14 @@ func (s *session) local(k kind, args []string) error {
 			case len(s.queued) >= s.srv.cfg.MaxQueued:
 				s.dirty = true
 				w.errorf("ERR fencegate: more than %d commands in one MULTI (one fenced write)", s.srv.cfg.MaxQueued)
+			case s.queuedBytes+argBytes(args) > s.srv.cfg.MaxCommandBytes:
+				// As a pipelined batch is bounded: what EXEC sends as one
+				// script, held until then.
+				s.dirty = true
+				w.errorf("ERR fencegate: more than %d bytes in one MULTI (one fenced write)", s.srv.cfg.MaxCommandBytes)
 			default:
 				s.queued = append(s.queued, args)
+				s.queuedBytes += argBytes(args)
 				w.status("QUEUED")
 			}
 			return nil
@@ -558,6 +565,13 @@ func (s *session) checkAuth(fence, token string) string {
 		}
 		return fmt.Sprintf("INVALID_TOKEN fencegate: fencing token %.32q is not a decimal integer in [1, 2^64)", token)
 	}
+	// A caller without the identity the gateway requires, every write of
+	// which would be refused, does not log in: it stays under AuthTimeout
+	// and the limits before AUTH. (One the policy denies this fence is
+	// identified, and told NOT_AUTHORIZED at each write, as over HTTP.)
+	if err := s.srv.gw.Authenticated(s.ctx, fence); err != nil {
+		return errorText(err, false)
+	}
 	return ""
 }
 
@@ -574,7 +588,7 @@ func (s *session) reset() {
 
 func (s *session) endMulti() {
 	clear(s.queued)
-	s.multi, s.dirty, s.queued = false, false, s.queued[:0]
+	s.multi, s.dirty, s.queued, s.queuedBytes = false, false, s.queued[:0], 0
 }
 
 // execMulti runs the queued commands as one fenced write: all or nothing.

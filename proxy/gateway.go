@@ -327,9 +327,6 @@ func (g *Gateway) RefuseRequest(ctx context.Context, a policy.Action, fence, raw
 	return err
 }
 
-// authorize decides whether the caller the transport attached to ctx may
-// do a to fence, and returns the PostgreSQL role the policy runs its
-// statements as. It is the one authorization of every way in.
 // Authenticated says whether the caller of ctx has the identity the
 // gateway requires (AuthRequired): nil, or the UNAUTHENTICATED refusal
 // each of its writes to fence would get. A listener asks it at login, so
@@ -358,6 +355,9 @@ func (g *Gateway) authenticate(ctx context.Context, fence string) (string, error
 	return principal, nil
 }
 
+// authorize decides whether the caller the transport attached to ctx may
+// do a to fence, and returns the PostgreSQL role the policy runs its
+// statements as. It is the one authorization of every way in.
 func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) (grant, error) {
 	if g.policy == nil && !g.authReq {
 		return grant{}, nil

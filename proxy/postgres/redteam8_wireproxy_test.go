@@ -111,15 +111,6 @@ func (p *rt8Proxy) setBack(f func(l *rt8Link, m rt8Msg, writeSync bool, writeZBe
 	p.mu.Unlock()
 }
 
-// cutAll closes every connection the proxy holds.
-func (p *rt8Proxy) cutAll() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	for _, l := range p.links {
-		l.close()
-	}
-}
-
 func (p *rt8Proxy) accept() {
 	for {
 		c, err := p.ln.Accept()

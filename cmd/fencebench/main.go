@@ -61,6 +61,9 @@ func main() {
 	if len(os.Args) > 1 && os.Args[1] == leaderCommand {
 		os.Exit(runLeaderChild(os.Args[2:]))
 	}
+	if len(os.Args) == 2 && os.Args[1] == "help" {
+		os.Args[1] = "--help"
+	}
 	cfg, err := parseConfig(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -110,6 +113,10 @@ func parseConfig(args []string) (config, error) {
 	}
 	if err := fs.Parse(args); err != nil {
 		return cfg, err
+	}
+	if fs.NArg() > 0 {
+		// A stray word must not start the whole benchmark.
+		return cfg, fmt.Errorf("unexpected argument %q: fencebench takes flags only (fencebench --help lists them)", fs.Arg(0))
 	}
 	def := func(v *int, full, quick int) {
 		if *v == 0 {

@@ -90,6 +90,11 @@ func runCampaign(ctx context.Context, args []string) int {
 		}
 		return 2
 	}
+	if fs.NArg() > 0 {
+		// A stray word must not start a whole campaign.
+		fmt.Fprintf(os.Stderr, "fencechaos: unexpected argument %q: fencechaos run takes flags only (fencechaos run --help lists them)\n", fs.Arg(0))
+		return 2
+	}
 	if cfg.Backend != "postgres" && cfg.Backend != "redis" {
 		fmt.Fprintf(os.Stderr, "fencechaos: --backend %q: want postgres or redis\n", cfg.Backend)
 		return 2

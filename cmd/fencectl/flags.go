@@ -188,9 +188,18 @@ func (g *globalConfig) validate() error {
 	default:
 		return fmt.Errorf("--write-out %q: want table or json", g.WriteOut)
 	}
+	if g.Endpoint != "" && !strings.Contains(g.Endpoint, "://") {
+		// host:port, as fencegate's --http-addr and etcdctl's endpoints
+		// are written: https when a CA or certificate is given.
+		scheme := "http://"
+		if g.CACert != "" || g.Cert != "" {
+			scheme = "https://"
+		}
+		g.Endpoint = scheme + g.Endpoint
+	}
 	u, err := url.Parse(g.Endpoint)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--endpoint %q: want a URL such as http://127.0.0.1:7080", g.Endpoint)
+		return fmt.Errorf("--endpoint %q: want host:port or a URL such as http://127.0.0.1:7080", g.Endpoint)
 	}
 	if (g.Cert == "") != (g.Key == "") {
 		return fmt.Errorf("--cert and --key go together")

@@ -170,7 +170,13 @@ func refusal(code int, method, path string, body []byte) error {
 		}
 		return fmt.Errorf("%s %s: %s (HTTP %d)", method, path, st.Message, code)
 	}
-	return fmt.Errorf("%s %s: HTTP %d: %s", method, path, code, strings.TrimSpace(string(body)))
+	// Not fencegate's answer (a metrics port, a load balancer's page):
+	// one line, and what to check.
+	text := strings.TrimSpace(string(body))
+	if text == "" || len(text) > 120 || strings.ContainsAny(text, "<\n") {
+		return fmt.Errorf("%s %s: HTTP %d, not an answer of fencegate's API: check --endpoint", method, path, code)
+	}
+	return fmt.Errorf("%s %s: HTTP %d: %s", method, path, code, text)
 }
 
 // unwrapURLError drops net/http's "Get \"url\":" wrapper: the endpoint is

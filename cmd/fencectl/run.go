@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -140,7 +141,9 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 	if err != nil {
 		return err
 	}
-	if rc.Grace+rc.KillMargin > margin {
+	graceSet := false
+	c.fs.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "grace" })
+	if graceSet && rc.Grace+rc.KillMargin > margin {
 		fmt.Fprintf(stderr, "fencectl: warning: when the lease is in doubt, CMD gets %v between SIGTERM and SIGKILL, not --grace %v: raise --ttl for more\n",
 			margin-rc.KillMargin, rc.Grace)
 	}
@@ -156,6 +159,13 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 		return interrupted(sigs, err)
 	}
 	defer cli.Close()
+	// Campaigning returns at once when no one leads; otherwise say what
+	// fencectl waits for.
+	said := make(chan struct{})
+	waiting := time.AfterFunc(time.Second, func() {
+		defer close(said)
+		fmt.Fprintf(stderr, "fencectl: run: waiting for leadership of election %q: another candidate leads it\n", rc.Election)
+	})
 	lead, err := election.Campaign(ctx, cli, election.CampaignConfig{
 		Prefix:       g.ElectionPrefix,
 		Election:     rc.Election,
@@ -163,6 +173,9 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 		TTL:          rc.TTL,
 		SafetyMargin: margin,
 	})
+	if !waiting.Stop() {
+		<-said // stderr is written by this goroutine only from here on
+	}
 	if err != nil {
 		return interrupted(sigs, fmt.Errorf("run: %w", err))
 	}
@@ -198,7 +211,17 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 		if errors.Is(err, exec.ErrNotFound) || errors.Is(err, os.ErrNotExist) {
 			code = 127
 		}
-		return &exitError{code: code, msg: fmt.Sprintf("run: %v", err)}
+		// os/exec's "fork/exec PATH: ..." names a call, not the problem.
+		why := err
+		var pe *os.PathError
+		if errors.As(err, &pe) {
+			why = pe.Err
+		}
+		var ee *exec.Error
+		if errors.As(err, &ee) {
+			why = ee.Err
+		}
+		return &exitError{code: code, msg: fmt.Sprintf("run: cannot run %s: %v", rest[0], why)}
 	}
 	pgid := cmd.Process.Pid
 	waitc := make(chan error, 1)
@@ -320,7 +343,7 @@ func descendants(root int) []int {
 func interrupted(sigs <-chan os.Signal, err error) error {
 	select {
 	case s := <-sigs:
-		return &exitError{code: 128 + int(s.(syscall.Signal)), msg: "run: interrupted by " + s.String()}
+		return &exitError{code: 128 + int(s.(syscall.Signal)), msg: "run: interrupted (" + unix.SignalName(s.(syscall.Signal)) + ")"}
 	default:
 		return err
 	}

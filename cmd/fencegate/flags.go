@@ -106,9 +106,14 @@ func defaultServeConfig() serveConfig {
 }
 
 // register defines the serve flags on fs, with c's values as defaults.
+//
+// backends is false for dev, which starts its own etcd and backends:
+// their flags would be ignored there.
 func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
-	fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client endpoints; empty runs without etcd (only fences --term-sources routes elsewhere have terms)")
-	fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", c.EtcdDialTimeout, "how long to wait for etcd at start")
+	if backends {
+		fs.StringVar(&c.EtcdEndpoints, "etcd-endpoints", c.EtcdEndpoints, "comma-separated etcd client endpoints; empty runs without etcd (only fences --term-sources routes elsewhere have terms)")
+		fs.DurationVar(&c.EtcdDialTimeout, "etcd-dial-timeout", c.EtcdDialTimeout, "how long to wait for etcd at start")
+	}
 	fs.StringVar(&c.ElectionPrefix, "election-prefix", c.ElectionPrefix, "elections live under `<prefix>`/<name>/")
 	fs.StringVar(&c.TermSources, "term-sources", c.TermSources, "comma-separated `PATTERN=KIND`: the fences PATTERN names (exact, or a prefix ending in *) take their terms from KIND, etcd (the default for every fence), zookeeper (see --zookeeper-servers), postgres-term (an advisory lock and a term table in --postgres-dsn's database), redis-lease (a Redis SET NX PX lease with an INCR counter) or monotonic (no election visible: only the high-water rule); see README")
 	fs.StringVar(&c.ZooKeeperServers, "zookeeper-servers", c.ZooKeeperServers, "comma-separated ZooKeeper `host:port`s of the elections --term-sources routes to zookeeper (needed by such a route)")

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -127,7 +129,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
 	}
 	if err := b.Ping(ctx); err != nil {
 		b.Close()
-		return nil, fmt.Errorf("postgres: cannot reach %s (database %q, user %q): %w", host, cc.Database, cc.User, err)
+		return nil, fmt.Errorf("postgres: cannot reach %s (database %q, user %q): %w", host, cc.Database, cc.User, oneLine(err))
 	}
 	return b, nil
 }
@@ -383,3 +385,28 @@ func (b *Backend) Reset(ctx context.Context, fence string, mark tokens.Token) (t
 	}
 	return tokens.Token(old), nil
 }
+
+// oneLine is err with the lines pgx gives a failed connection (one for
+// each address tried, the same one often twice) joined into one, each
+// once: an error a command prints on one line. It unwraps to err.
+func oneLine(err error) error {
+	msg := err.Error()
+	if !strings.ContainsAny(msg, "\r\n") {
+		return err
+	}
+	var parts []string
+	for _, l := range strings.FieldsFunc(msg, func(r rune) bool { return r == '\n' || r == '\r' }) {
+		if l = strings.TrimSpace(l); l != "" && !slices.Contains(parts, l) {
+			parts = append(parts, l)
+		}
+	}
+	return &flatError{msg: strings.Join(parts, " "), err: err}
+}
+
+type flatError struct {
+	msg string
+	err error
+}
+
+func (e *flatError) Error() string { return e.msg }
+func (e *flatError) Unwrap() error { return e.err }

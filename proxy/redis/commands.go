@@ -300,7 +300,7 @@ func newAllowlist(extra []string) (allowlist, error) {
 	for _, name := range extra {
 		up := upperASCII(name)
 		if why := refusedFamilies[up]; why != "" {
-			return nil, fmt.Errorf("redis: Allow names %s, which fencegate never allows: %s", up, why)
+			return nil, fmt.Errorf("redis: the allowed commands (--redis-allow) name %s, which fencegate never allows: %s", up, why)
 		}
 		s, ok := commandTable[up]
 		if !ok {
@@ -314,7 +314,7 @@ func newAllowlist(extra []string) (allowlist, error) {
 type errUnknownAllow string
 
 func (e errUnknownAllow) Error() string {
-	return "redis: Allow names " + strconv.Quote(string(e)) +
+	return "redis: the allowed commands (--redis-allow) name " + strconv.Quote(string(e)) +
 		", which fencegate cannot check (it knows the key positions of: " + strings.Join(OptionalCommands(), " ") + ")"
 }
 

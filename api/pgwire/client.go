@@ -76,6 +76,9 @@ func (c *session) clientLoop() error {
 			err = c.extended(t, body, raw)
 		case 'd', 'c', 'f': // COPY data: part of a statement already fenced
 			if !c.swallow {
+				if t != 'd' {
+					c.pushCopyEnd()
+				}
 				_, err = c.sw.Write(raw)
 				if err == nil && c.cr.streamed() {
 					err = c.cr.copyBody(c.sw) // else skipped by next

@@ -34,7 +34,10 @@ const (
 // reply is one entry of the outstanding-request queue: a message sent to
 // the server whose replies have not all come back yet, in order.
 type reply struct {
-	msg    byte // the message: 'Q', 'P', 'B', 'D', 'E', 'C' (Close) or 'S'
+	// msg is the message: 'Q', 'P', 'B', 'D', 'E', 'C' (Close) or 'S';
+	// or 'c', a CopyDone or CopyFail, which gets no reply of its own and
+	// only marks where copy-in ended (copyIn).
+	msg    byte
 	own    own
 	kind   stmtKind         // Execute: of the portal's statement
 	prefix int              // Query: bytes of fence check before the client's SQL
@@ -56,6 +59,12 @@ type reply struct {
 	// check comes later (pendingCheck); its text goes into the
 	// transaction's audit fingerprint then.
 	deferred bool
+	// copyIn: the server answered this Query or Execute with
+	// CopyInResponse. It ignores a Sync it reads in copy-in (libpq sends
+	// one after the Execute of a COPY FROM STDIN, before the data): the
+	// Syncs queued after it, before the CopyDone or CopyFail or any other
+	// message, get no ReadyForQuery (dropIgnoredSyncs).
+	copyIn bool
 }
 
 // change is a statement or portal a client's Parse, Bind or Close makes
@@ -477,8 +486,14 @@ func (c *session) room() error {
 	return nil
 }
 
-// pop removes the queue's front; under qmu.
+// pop removes the queue's front, and the copy-in marks after it, which
+// get no reply; under qmu.
 func (c *session) pop() {
+	c.popOne()
+	c.popMarks()
+}
+
+func (c *session) popOne() {
 	g := &c.q[c.qhead]
 	if g.msg == 'S' || g.msg == 'Q' {
 		c.syncs--
@@ -488,6 +503,40 @@ func (c *session) pop() {
 	c.qlen--
 	if c.qlen == maxOutstanding/2 {
 		c.qcond.Broadcast() // room
+	}
+}
+
+func (c *session) popMarks() {
+	for c.qlen > 0 && c.q[c.qhead].msg == 'c' {
+		c.popOne()
+	}
+}
+
+// dropIgnoredSyncs removes, once a Query or Execute whose server went
+// into copy-in is answered, the Syncs the client sent while the server
+// was in copy-in (before its CopyDone or CopyFail, or any other message):
+// the server ignored them, and answers none. Under qmu.
+func (c *session) dropIgnoredSyncs() {
+	dropped := false
+	for c.qlen > 0 && c.q[c.qhead].msg == 'S' {
+		c.popOne() // up to the mark, not past it
+		dropped = true
+	}
+	c.popMarks()
+	if dropped {
+		c.qcond.Broadcast() // waitAnswered
+	}
+}
+
+// pushCopyEnd marks, for dropIgnoredSyncs, where the client ended
+// copy-in: before a CopyDone or CopyFail is sent. An empty queue needs no
+// mark.
+func (c *session) pushCopyEnd() {
+	c.qmu.Lock()
+	empty := c.qlen == 0
+	c.qmu.Unlock()
+	if !empty { // only C2S pushes: the queue cannot fill meanwhile
+		c.push(reply{msg: 'c', chg: -1})
 	}
 }
 
@@ -614,6 +663,9 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		return raw, nil // e.g. a FATAL error as the server shuts down
 	}
 	complete := false
+	if t == 'G' {
+		g.copyIn = true
+	}
 	switch g.msg {
 	case 'Q':
 		if t == 'E' {
@@ -735,7 +787,12 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 			}
 			c.discard = false
 		}
-		c.pop()
+		if g.copyIn {
+			c.popOne() // the mark after it, if any, bounds the Syncs to drop
+			c.dropIgnoredSyncs()
+		} else {
+			c.pop()
+		}
 		if t == 'Z' {
 			c.unsent = true // until answered
 		}
@@ -757,6 +814,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		ended.Done(nil, c.fingerprint(ended), c.rows)
 	}
 	if passed != nil {
+		passed.Checked()
 		if unended != nil {
 			unended.Done(nil, c.fingerprint(unended), c.rows)
 		}

@@ -228,7 +228,7 @@ func (g *Gateway) Exec(ctx context.Context, fence, rawToken string, stmts []post
 		g.inflight[backendPostgres].Add(-1)
 		g.learn(ctx, backendPostgres, fence, t, term, err)
 	}
-	g.finish(ctx, backendPostgres, fence, t, start, err)
+	g.finish(ctx, backendPostgres, fence, t, start, time.Time{}, err)
 	if g.audit != nil {
 		rec := g.auditRecord(ctx, policy.ActionSQLWrite, backendPostgres, fence, t, term, hw, gr, start, err)
 		sqls := make([]string, len(stmts))
@@ -278,7 +278,7 @@ func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]st
 		g.inflight[backendRedis].Add(-1)
 		g.learn(ctx, backendRedis, fence, t, term, err)
 	}
-	g.finish(ctx, backendRedis, fence, t, start, err)
+	g.finish(ctx, backendRedis, fence, t, start, time.Time{}, err)
 	if g.audit != nil {
 		rec := g.auditRecord(ctx, policy.ActionRedisWrite, backendRedis, fence, t, term, hw, gr, start, err)
 		// Command names only: keys and values are data.
@@ -320,7 +320,7 @@ func (g *Gateway) RefuseRequest(ctx context.Context, a policy.Action, fence, raw
 		err = problem
 	}
 	t := tokenOf(err, rawToken)
-	g.finish(ctx, backend, fence, t, start, err)
+	g.finish(ctx, backend, fence, t, start, time.Time{}, err)
 	if g.audit != nil {
 		g.audit.Write(g.auditRecord(ctx, a, backend, fence, t, election.Term{}, hw, gr, start, err))
 	}
@@ -653,8 +653,11 @@ func (g *Gateway) fenceLabel(fence string) string {
 	return OtherFences
 }
 
-func (g *Gateway) finish(ctx context.Context, backend int, fence string, t tokens.Token, start time.Time, err error) {
+func (g *Gateway) finish(ctx context.Context, backend int, fence string, t tokens.Token, start, end time.Time, err error) {
 	now := g.now()
+	if end.IsZero() {
+		end = now
+	}
 	var reason tokens.Reason
 	if err != nil {
 		r, ok := tokens.AsRefusal(err)
@@ -696,7 +699,7 @@ func (g *Gateway) finish(ctx context.Context, backend int, fence string, t token
 	if reason != "" && g.metrics != nil {
 		label = g.fenceLabel(fence)
 	}
-	g.metrics.observe(backend, label, reason, now.Sub(start).Seconds())
+	g.metrics.observe(backend, label, reason, end.Sub(start).Seconds())
 }
 
 // countRead counts a refused read of fence like a refused write's reason.

@@ -27,7 +27,19 @@ type Admission struct {
 	hw      tokens.Token
 	gr      grant
 	start   time.Time
+	checked time.Time // when the fence check answered (Checked)
 	done    bool
+}
+
+// Checked records that the transaction's fence check passed: the
+// request duration fencegate reports for it ends here, as a write's ends
+// with its answer, and not with the transaction, whose length is the
+// client's (its own work while the transaction is open is no latency of
+// fencegate's or the database's). Called by the front, before Done.
+func (a *Admission) Checked() {
+	if a.checked.IsZero() {
+		a.checked = a.g.now()
+	}
 }
 
 // AdmitSQL admits a PostgreSQL transaction of fence with the raw token the
@@ -109,7 +121,7 @@ func (a *Admission) Done(err error, fingerprint string, rows int64) {
 
 func (a *Admission) record(err error, ran bool, fingerprint string, rows int64) {
 	g := a.g
-	g.finish(a.ctx, a.backend, a.fence, a.t, a.start, err)
+	g.finish(a.ctx, a.backend, a.fence, a.t, a.start, a.checked, err)
 	if g.audit == nil {
 		return
 	}

@@ -1,6 +1,7 @@
 package pgwire_test
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"testing"
@@ -34,7 +35,8 @@ func rt9Direct(t *testing.T) *rt9Conn {
 	return &rt9Conn{t: t, fe: hc.Frontend, conn: hc.Conn}
 }
 
-func rt9Via(e *env, t *testing.T, fence string, token uint64) *rt9Conn {
+func rt9Via(t *testing.T, e *env, fence string, token uint64) *rt9Conn {
+	t.Helper()
 	z := e.raw(t, fence, token)
 	return &rt9Conn{t: t, fe: z.fe, conn: z.conn}
 }
@@ -57,7 +59,8 @@ func (r *rt9Conn) step(until byte, wait time.Duration, msgs ...pgproto3.Frontend
 	for {
 		m, err := r.fe.Receive()
 		if err != nil {
-			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
 				return append(out, "TIMEOUT")
 			}
 			return append(out, "READ:"+err.Error())
@@ -128,8 +131,10 @@ func TestRedTeam9LibpqExtendedCopy(t *testing.T) {
 	e.table(t, "rt9copy")
 	tok, _ := e.lead(t, "rt9copy")
 	copyExt := func() []pgproto3.FrontendMessage {
-		return []pgproto3.FrontendMessage{&pgproto3.Parse{Query: "COPY rt9copy (v) FROM STDIN"}, &pgproto3.Bind{},
-			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{}}
+		return []pgproto3.FrontendMessage{
+			&pgproto3.Parse{Query: "COPY rt9copy (v) FROM STDIN"}, &pgproto3.Bind{},
+			&pgproto3.Describe{ObjectType: 'P'}, &pgproto3.Execute{}, &pgproto3.Sync{},
+		}
 	}
 	done := []pgproto3.FrontendMessage{&pgproto3.CopyData{Data: []byte("a\n")}, &pgproto3.CopyDone{}, &pgproto3.Sync{}}
 	fail := []pgproto3.FrontendMessage{&pgproto3.CopyFail{Message: "client gave up"}, &pgproto3.Sync{}}
@@ -142,12 +147,16 @@ func TestRedTeam9LibpqExtendedCopy(t *testing.T) {
 		// CopyDone, is answered and must not be dropped.
 		{"no Sync in copy-in", []rt9Step{{'G', copyExt()[:4]}, {'Z', done}, {'Z', []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1"}}}}},
 		{"CopyFail", []rt9Step{{'G', copyExt()}, {'Z', fail}, {'Z', []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1"}}}}},
-		{"in a block", []rt9Step{{'Z', []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}}, {'G', copyExt()}, {'Z', done},
-			{'Z', []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}}}},
+		{"in a block", []rt9Step{
+			{'Z', []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}},
+			{'G', copyExt()},
+			{'Z', done},
+			{'Z', []pgproto3.FrontendMessage{&pgproto3.Query{String: "COMMIT"}}},
+		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			want := rt9Run(rt9Direct(t), tc.steps)
-			got := rt9Run(rt9Via(e, t, "rt9copy", tok), tc.steps)
+			got := rt9Run(rt9Via(t, e, "rt9copy", tok), tc.steps)
 			t.Logf("PostgreSQL: %q", want)
 			t.Logf("fencegate:  %q", got)
 			if fmt.Sprint(want) != fmt.Sprint(got) {

@@ -248,6 +248,16 @@ func (g *Gateway) Exec(ctx context.Context, fence, rawToken string, stmts []post
 // sent. It returns the parsed token and one reply per command, or a
 // *tokens.RefusalError saying why nothing was applied.
 func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]string) (tokens.Token, []any, error) {
+	return g.RedisBatch(ctx, fence, rawToken, cmds, nil)
+}
+
+// RedisBatch is Redis for a front that runs the parts of a pipelined
+// batch again when the batch is refused because of one command, nothing
+// applied (the RESP listener answers each command as Redis would): a
+// refusal split(err, len(cmds)) says it will split is neither counted nor
+// audited here, as the parts are when they run. split is a plain function,
+// not a closure, so that the call allocates nothing.
+func (g *Gateway) RedisBatch(ctx context.Context, fence, rawToken string, cmds [][]string, split func(error, int) bool) (tokens.Token, []any, error) {
 	if g.rd == nil {
 		return 0, nil, fmt.Errorf("%w: Redis (start fencegate with --redis-addr)", ErrNotConfigured)
 	}
@@ -277,6 +287,9 @@ func (g *Gateway) Redis(ctx context.Context, fence, rawToken string, cmds [][]st
 		res, err = g.rd.Exec(ctx, fence, t, cmds)
 		g.inflight[backendRedis].Add(-1)
 		g.learn(ctx, backendRedis, fence, t, term, err)
+	}
+	if err != nil && split != nil && split(err, len(cmds)) {
+		return t, res, err
 	}
 	g.finish(ctx, backendRedis, fence, t, start, time.Time{}, err)
 	if g.audit != nil {

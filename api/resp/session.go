@@ -14,6 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/api/internal/listen"
 	"github.com/fencegate/fencegate/proxy"
+	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -40,6 +41,9 @@ type session struct {
 	dirty       bool // a command was refused while queueing: EXEC aborts
 	queued      [][]string
 	queuedBytes int // of queued's arguments, at most MaxCommandBytes
+	// overLimit: the MULTI went over a limit a write over HTTP would be
+	// refused for; its EXEC is counted and audited as that refusal.
+	overLimit *tokens.RefusalError
 
 	// Reused between batches: nothing below keeps them after a write.
 	batch [][]string
@@ -267,7 +271,7 @@ func (s *session) runBatch(cmds [][]string) {
 // and gets its own answer, and the rest follow. So each pipelined command
 // is answered as Redis would answer it, never aborted by another's error.
 func (s *session) exec(cmds [][]string, out []any) {
-	_, res, err := s.srv.gw.Redis(s.ctx, s.fence, s.token, cmds)
+	_, res, err := s.srv.gw.RedisBatch(s.ctx, s.fence, s.token, cmds, splits)
 	if err == nil {
 		copy(out, res)
 		return
@@ -285,6 +289,13 @@ func (s *session) exec(cmds [][]string, out []any) {
 	for i := range out {
 		out[i] = err
 	}
+}
+
+// splits says exec runs a batch of n commands again in parts after err
+// (RedisBatch leaves the refusal to the parts).
+func splits(err error, n int) bool {
+	_, ok := perCommand(err, n)
+	return ok && n > 1
 }
 
 // perCommand returns the index of the command a refusal is about, when
@@ -427,11 +438,13 @@ func (s *session) local(k kind, args []string) error {
 				w.error(noAuth)
 			case len(s.queued) >= s.srv.cfg.MaxQueued:
 				s.dirty = true
+				s.overLimit = tokens.Refuse(tokens.ReasonInvalidRequest, s.fence, 0, "more than %d commands in one MULTI (one fenced write)", s.srv.cfg.MaxQueued)
 				w.errorf("ERR fencegate: more than %d commands in one MULTI (one fenced write)", s.srv.cfg.MaxQueued)
 			case s.queuedBytes+argBytes(args) > s.srv.cfg.MaxCommandBytes:
 				// As a pipelined batch is bounded: what EXEC sends as one
 				// script, held until then.
 				s.dirty = true
+				s.overLimit = tokens.Refuse(tokens.ReasonInvalidRequest, s.fence, 0, "more than %d bytes in one MULTI (one fenced write)", s.srv.cfg.MaxCommandBytes)
 				w.errorf("ERR fencegate: more than %d bytes in one MULTI (one fenced write)", s.srv.cfg.MaxCommandBytes)
 			default:
 				s.queued = append(s.queued, args)
@@ -588,7 +601,7 @@ func (s *session) reset() {
 
 func (s *session) endMulti() {
 	clear(s.queued)
-	s.multi, s.dirty, s.queued, s.queuedBytes = false, false, s.queued[:0], 0
+	s.multi, s.dirty, s.queued, s.queuedBytes, s.overLimit = false, false, s.queued[:0], 0, nil
 }
 
 // execMulti runs the queued commands as one fenced write: all or nothing.
@@ -600,6 +613,11 @@ func (s *session) execMulti() {
 	}
 	defer s.endMulti()
 	if s.dirty {
+		if s.overLimit != nil {
+			// A write refused as the same write over HTTP is: counted
+			// and audited (the client was told at the command).
+			_ = s.srv.gw.RefuseRequest(s.ctx, policy.ActionRedisWrite, s.fence, s.token, s.overLimit)
+		}
 		w.error("EXECABORT Transaction discarded because of previous errors.")
 		return
 	}

@@ -86,7 +86,8 @@ func (b *Backend) sendText(sql string) string {
 		"(SELECT count(*) FROM fencegate_head), " +
 		// The row as text: its values whole, as they will be sent, where
 		// pg_column_size weighs a compressed value as stored (16 MiB of
-		// repeated text weighed 192 kB).
-		"(SELECT sum(pg_catalog.octet_length(fencegate_head::pg_catalog.text)) FROM fencegate_head), " +
+		// repeated text weighed 192 kB). fencegate_head.*, not the bare
+		// name, which a column the statement names so would be read as.
+		"(SELECT sum(pg_catalog.octet_length((fencegate_head.*)::pg_catalog.text)) FROM fencegate_head), " +
 		strconv.FormatInt(b.cfg.MaxResultRows, 10) + ", " + strconv.FormatInt(b.cfg.MaxResultBytes, 10) + "))"
 }

@@ -46,9 +46,7 @@ func (c *session) clientLoop() error {
 				// The answers to what came before go first, as
 				// PostgreSQL gives them before it reads this message.
 				if c.sw.Flush() == nil {
-					c.qmu.Lock()
-					c.waitAnswered()
-					c.qmu.Unlock()
+					c.waitAnsweredFor(tooLongWait)
 				}
 				c.tellFatal(c.refusalOf(tl.Error()))
 				listen.Linger(c.client, c.cr.r, int64(tl.n), listen.LingerTime)

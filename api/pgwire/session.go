@@ -364,6 +364,29 @@ func (c *session) waitAnswered() {
 	}
 }
 
+// tooLongWait bounds how long the FATAL for a message over the limit
+// waits for the answers before it: a client that breaks the protocol in
+// the middle of a COPY (the server waits for its data, not its Sync)
+// would otherwise hold the session until its term ends.
+const tooLongWait = 10 * time.Second
+
+// waitAnsweredFor is waitAnswered for at most d; not under qmu.
+func (c *session) waitAnsweredFor(d time.Duration) {
+	expired := false
+	t := time.AfterFunc(d, func() {
+		c.qmu.Lock()
+		expired = true
+		c.qcond.Broadcast()
+		c.qmu.Unlock()
+	})
+	defer t.Stop()
+	c.qmu.Lock()
+	for (c.syncs > 0 || c.unsent) && !c.dead && !expired {
+		c.qcond.Wait()
+	}
+	c.qmu.Unlock()
+}
+
 // run serves the session until either side closes. A client that leaves
 // mid-transaction takes the server connection with it: the server rolls
 // the transaction back.

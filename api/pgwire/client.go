@@ -74,9 +74,13 @@ func (c *session) clientLoop() error {
 			err = c.extended(t, body, raw)
 		case 'd', 'c', 'f': // COPY data: part of a statement already fenced
 			if !c.swallow {
-				if t != 'd' {
-					c.pushCopyEnd()
+				// A mark before the first CopyData of a run, and before
+				// CopyDone or CopyFail: a Sync after it may be read
+				// out of copy-in (a bad row ends it), and is answered.
+				if t != 'd' || !c.copyData {
+					c.pushCopyMark()
 				}
+				c.copyData = t == 'd'
 				_, err = c.sw.Write(raw)
 				if err == nil && c.cr.streamed() {
 					err = c.cr.copyBody(c.sw) // else skipped by next
@@ -89,6 +93,9 @@ func (c *session) clientLoop() error {
 		}
 		if err != nil {
 			return err
+		}
+		if t != 'd' {
+			c.copyData = false
 		}
 	}
 }

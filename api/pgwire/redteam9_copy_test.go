@@ -147,6 +147,20 @@ func TestRedTeam9LibpqExtendedCopy(t *testing.T) {
 		// CopyDone, is answered and must not be dropped.
 		{"no Sync in copy-in", []rt9Step{{'G', copyExt()[:4]}, {'Z', done}, {'Z', []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1"}}}}},
 		{"CopyFail", []rt9Step{{'G', copyExt()}, {'Z', fail}, {'Z', []pgproto3.FrontendMessage{&pgproto3.Query{String: "SELECT 1"}}}}},
+		// An attacker's order: a bad row ends copy-in before the Sync,
+		// which the server then answers; with a Query pipelined after the
+		// second Sync, dropping the first as ignored would match the
+		// second's ReadyForQuery to the Query and let its fence check's
+		// answers through as the client's.
+		{"bad data before the Sync", []rt9Step{
+			{'G', copyExt()[:4]},
+			{'Z', []pgproto3.FrontendMessage{
+				&pgproto3.CopyData{Data: []byte("a\tb\tc\n")}, &pgproto3.Sync{}, &pgproto3.CopyDone{}, &pgproto3.Sync{},
+				&pgproto3.Query{String: "SELECT 1"},
+			}},
+			{'Z', nil},
+			{'Z', nil},
+		}},
 		{"in a block", []rt9Step{
 			{'Z', []pgproto3.FrontendMessage{&pgproto3.Query{String: "BEGIN"}}},
 			{'G', copyExt()},

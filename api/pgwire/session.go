@@ -62,8 +62,8 @@ type reply struct {
 	// copyIn: the server answered this Query or Execute with
 	// CopyInResponse. It ignores a Sync it reads in copy-in (libpq sends
 	// one after the Execute of a COPY FROM STDIN, before the data): the
-	// Syncs queued after it, before the CopyDone or CopyFail or any other
-	// message, get no ReadyForQuery (dropIgnoredSyncs).
+	// Syncs queued after it, before any CopyData, CopyDone, CopyFail or
+	// other message, get no ReadyForQuery (dropIgnoredSyncs).
 	copyIn bool
 }
 
@@ -155,6 +155,7 @@ type session struct {
 	localBound  bool
 	localRan    bool
 	localBinary bool
+	copyData    bool // the last message forwarded was CopyData (pushCopyMark)
 	local       []byte
 	stmts       map[string]*verdict
 	portals     map[string]*verdict
@@ -359,10 +360,14 @@ func (c *session) answered() bool {
 // What C2S writes the client itself goes after them, as the client
 // matches answers to what it sent in order.
 func (c *session) waitAnswered() {
-	for (c.syncs > 0 || c.unsent) && !c.dead {
+	for c.awaiting() {
 		c.qcond.Wait()
 	}
 }
+
+// awaiting says a Query or Sync sent is not yet answered and written to
+// the client, on a live session; under qmu.
+func (c *session) awaiting() bool { return (c.syncs > 0 || c.unsent) && !c.dead }
 
 // tooLongWait bounds how long the FATAL for a message over the limit
 // waits for the answers before it: a client that breaks the protocol in
@@ -381,7 +386,7 @@ func (c *session) waitAnsweredFor(d time.Duration) {
 	})
 	defer t.Stop()
 	c.qmu.Lock()
-	for (c.syncs > 0 || c.unsent) && !c.dead && !expired {
+	for c.awaiting() && !expired {
 		c.qcond.Wait()
 	}
 	c.qmu.Unlock()
@@ -551,10 +556,11 @@ func (c *session) dropIgnoredSyncs() {
 	}
 }
 
-// pushCopyEnd marks, for dropIgnoredSyncs, where the client ended
-// copy-in: before a CopyDone or CopyFail is sent. An empty queue needs no
+// pushCopyMark marks, for dropIgnoredSyncs, where copy-in may have
+// ended for the server: before the first CopyData of a run (a bad row
+// ends it) and before a CopyDone or CopyFail. An empty queue needs no
 // mark.
-func (c *session) pushCopyEnd() {
+func (c *session) pushCopyMark() {
 	c.qmu.Lock()
 	empty := c.qlen == 0
 	c.qmu.Unlock()

@@ -437,15 +437,11 @@ func (s *session) local(k kind, args []string) error {
 				s.dirty = true
 				w.error(noAuth)
 			case len(s.queued) >= s.srv.cfg.MaxQueued:
-				s.dirty = true
-				s.overLimit = tokens.Refuse(tokens.ReasonInvalidRequest, s.fence, 0, "more than %d commands in one MULTI (one fenced write)", s.srv.cfg.MaxQueued)
-				w.errorf("ERR fencegate: more than %d commands in one MULTI (one fenced write)", s.srv.cfg.MaxQueued)
+				s.multiOverLimit("more than %d commands in one MULTI (one fenced write)", s.srv.cfg.MaxQueued)
 			case s.queuedBytes+argBytes(args) > s.srv.cfg.MaxCommandBytes:
 				// As a pipelined batch is bounded: what EXEC sends as one
 				// script, held until then.
-				s.dirty = true
-				s.overLimit = tokens.Refuse(tokens.ReasonInvalidRequest, s.fence, 0, "more than %d bytes in one MULTI (one fenced write)", s.srv.cfg.MaxCommandBytes)
-				w.errorf("ERR fencegate: more than %d bytes in one MULTI (one fenced write)", s.srv.cfg.MaxCommandBytes)
+				s.multiOverLimit("more than %d bytes in one MULTI (one fenced write)", s.srv.cfg.MaxCommandBytes)
 			default:
 				s.queued = append(s.queued, args)
 				s.queuedBytes += argBytes(args)
@@ -597,6 +593,14 @@ func (s *session) reset() {
 	}
 	s.fence, s.token, s.authed, s.name = "", "", false, ""
 	s.w.resp3 = false
+}
+
+// multiOverLimit aborts the MULTI over a limit: the client is told at
+// the command, and EXEC counts and audits it (overLimit).
+func (s *session) multiOverLimit(format string, n int) {
+	s.dirty = true
+	s.overLimit = tokens.Refuse(tokens.ReasonInvalidRequest, s.fence, 0, format, n)
+	s.w.error("ERR fencegate: " + s.overLimit.Msg)
 }
 
 func (s *session) endMulti() {

@@ -80,7 +80,7 @@ type Source struct {
 	// began in. An election is fresh only when read in the current
 	// connection: what changed while fencegate was cut off is not in
 	// memory until then.
-	sessions *atomic.Uint64
+	sessions atomic.Uint64
 	readAt   map[string]uint64 // guarded by mu
 	// reread is closed, and replaced, when a connection is established:
 	// each watch reads its election again (kick).
@@ -125,7 +125,6 @@ func New(cfg Config) (*Source, error) {
 		terms:    make(map[string]election.Term),
 		watched:  make(map[string]bool),
 		wantCh:   make(chan string, 256),
-		sessions: new(atomic.Uint64),
 		readAt:   make(map[string]uint64),
 		reread:   make(chan struct{}),
 	}

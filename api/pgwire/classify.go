@@ -34,6 +34,9 @@ type verdict struct {
 	refuse  string   // non-empty: refused with FG006, and why
 	token   string   // kindSetToken: the new token, as given; kindShow: the setting
 	hasProc bool     // some statement is CALL or DO
+	// copyFrom: some statement is COPY FROM STDIN, which puts the server
+	// in copy-in (copyGate).
+	copyFrom bool
 	// setup counts the statements the string starts with that set up a
 	// transaction (setsUp) when one of them must come before its first
 	// query (first: an isolation level, read-only or deferrable mode, a
@@ -228,6 +231,10 @@ func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
 		}
 	case *pg_query.Node_ExecuteStmt:
 		vd.executes = append(vd.executes, x.ExecuteStmt.Name)
+	case *pg_query.Node_CopyStmt:
+		if x.CopyStmt.IsFrom && !x.CopyStmt.IsProgram && x.CopyStmt.Filename == "" {
+			vd.copyFrom = true
+		}
 	case *pg_query.Node_DiscardStmt:
 		if x.DiscardStmt.Target == pg_query.DiscardMode_DISCARD_ALL && count == 1 {
 			return kindDiscardAll, ""

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/fencegate/fencegate/api/internal/listen"
+	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -56,6 +57,15 @@ func (c *session) clientLoop() error {
 		if err := c.room(); err != nil {
 			return err
 		}
+		if c.copies && t != 'd' && t != 'H' && t != 'X' {
+			drop, err := c.copyGate(t)
+			if err != nil {
+				return err
+			}
+			if drop {
+				continue
+			}
+		}
 		if c.localVd != nil && (t == 'Q' || t == 'F') {
 			// A Query before the Sync of a segment fencegate answers
 			// itself: its answers so far go first, in order, and the
@@ -74,13 +84,6 @@ func (c *session) clientLoop() error {
 			err = c.extended(t, body, raw)
 		case 'd', 'c', 'f': // COPY data: part of a statement already fenced
 			if !c.swallow {
-				// A mark before the first CopyData of a run, and before
-				// CopyDone or CopyFail: a Sync after it may be read
-				// out of copy-in (a bad row ends it), and is answered.
-				if t != 'd' || !c.copyData {
-					c.pushCopyMark()
-				}
-				c.copyData = t == 'd'
 				_, err = c.sw.Write(raw)
 				if err == nil && c.cr.streamed() {
 					err = c.cr.copyBody(c.sw) // else skipped by next
@@ -94,14 +97,74 @@ func (c *session) clientLoop() error {
 		if err != nil {
 			return err
 		}
-		if t != 'd' {
-			c.copyData = false
-		}
 	}
 }
 
+// copyGate keeps fencegate's view of the session in step with the
+// server's across COPY FROM STDIN. In copy-in the server reads every
+// message as part of the COPY: it ignores a Sync (libpq sends one after
+// the Execute of a COPY, before the data) and fails the COPY on a
+// message other than CopyData, CopyDone, CopyFail or Flush, which it
+// does not run. fencegate never lets the server decide which it read in
+// copy-in and which after: a Sync or other message that follows a COPY
+// not yet answered waits until the server has either started copy-in or
+// finished the COPY (a Flush of fencegate's own gets its answers sent).
+// In copy-in a Sync is dropped, as the server would, and any other
+// message but the COPY's own ends the session (08P01); a COPY ended by
+// the server (an error, a statement_timeout) is over for fencegate too,
+// before its client reads why. Only C2S, which copyGate is part of,
+// pushes mayCopy entries; drop says t is not sent.
+func (c *session) copyGate(t byte) (drop bool, err error) {
+	c.qmu.Lock()
+	if c.copyOut > 0 && !c.copyIn && !c.dead {
+		c.qmu.Unlock()
+		if _, err := c.sw.Write(flushMsg); err != nil {
+			return false, err
+		}
+		if err := c.sw.Flush(); err != nil {
+			return false, err
+		}
+		c.qmu.Lock()
+		for c.copyOut > 0 && !c.copyIn && !c.dead {
+			c.qcond.Wait()
+		}
+	}
+	in, dead := c.copyIn, c.dead
+	if t == 'c' || t == 'f' {
+		c.copyIn = false
+	}
+	if !in && c.copyOut == 0 {
+		c.copies = false
+	}
+	c.qmu.Unlock()
+	switch {
+	case dead:
+		return false, errClosed
+	case !in || t == 'c' || t == 'f':
+		return false, nil
+	case t == 'S':
+		return true, nil
+	}
+	c.tellClient(pgError{Severity: "FATAL", Code: "08P01", Message: fmt.Sprintf("fencegate: unexpected message type 0x%02X during COPY from stdin: end the COPY with CopyDone or CopyFail first", t)})
+	return false, fmt.Errorf("pgwire: message %q from the client in copy-in", t)
+}
+
+// flushMsg is a Flush: the server sends what it holds, and answers nothing.
+var flushMsg = []byte{'H', 0, 0, 0, 4}
+
+// refusalOf is the refusal of something the client sent that fencegate
+// will not pass (FG006), counted, logged and audited as the other ways in
+// count theirs (proxy.Gateway.RefuseRequest): unless the caller is no
+// longer allowed to write the fence, which it is then told.
 func (c *session) refusalOf(why string) *tokens.RefusalError {
-	return tokens.Refuse(tokens.ReasonInvalidRequest, c.fence, 0, "%s", why)
+	r := tokens.Refuse(tokens.ReasonInvalidRequest, c.fence, 0, "%s", why)
+	if c.s.gw == nil {
+		return r
+	}
+	if rr, ok := tokens.AsRefusal(c.s.gw.RefuseRequest(c.ctx, policy.ActionSQLWrite, c.fence, c.token, r)); ok {
+		return rr
+	}
+	return r
 }
 
 // startSegment waits, at the start of a segment, until every earlier one
@@ -304,7 +367,7 @@ func (c *session) query(body, raw []byte) error {
 	// plain BEGIN).
 	deferred := vd.kind == kindSetup && c.needCheck && c.deferCheck()
 	if vd.kind == kindEmpty || deferred || !c.needCheck {
-		c.push(reply{msg: 'Q', chg: -1, text: vd.text, deferred: deferred})
+		c.push(reply{msg: 'Q', chg: -1, text: vd.text, deferred: deferred, mayCopy: vd.copyFrom})
 		_, err := c.sw.Write(raw)
 		return err
 	}
@@ -332,7 +395,7 @@ func (c *session) query(body, raw []byte) error {
 	b = append(b, "'::pg_catalog.text, "...)
 	b = strconv.AppendUint(b, uint64(adm.Token()), 10)
 	b = append(b, "::pg_catalog.int8);"...)
-	g := reply{msg: 'Q', prefix: len(b) - start, adm: adm, chg: -1, text: vd.text}
+	g := reply{msg: 'Q', prefix: len(b) - start, adm: adm, chg: -1, text: vd.text, mayCopy: vd.copyFrom}
 	if vd.setup > 0 {
 		g.setup, g.at = vd.setup, vd.setupAt
 	}
@@ -545,7 +608,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		}
 		vd = c.lookup('B', 'p', portal)
 		if vd != nil {
-			g.kind, g.text = vd.kind, vd.text
+			g.kind, g.text, g.mayCopy = vd.kind, vd.text, vd.copyFrom
 			// Checked now, in message order: what the names refer to
 			// when the server runs this Execute.
 			why = c.executesEnd(vd)

@@ -34,9 +34,7 @@ const (
 // reply is one entry of the outstanding-request queue: a message sent to
 // the server whose replies have not all come back yet, in order.
 type reply struct {
-	// msg is the message: 'Q', 'P', 'B', 'D', 'E', 'C' (Close) or 'S';
-	// or 'c', a CopyDone or CopyFail, which gets no reply of its own and
-	// only marks where copy-in ended (copyIn).
+	// msg is the message: 'Q', 'P', 'B', 'D', 'E', 'C' (Close) or 'S'.
 	msg    byte
 	own    own
 	kind   stmtKind         // Execute: of the portal's statement
@@ -59,12 +57,10 @@ type reply struct {
 	// check comes later (pendingCheck); its text goes into the
 	// transaction's audit fingerprint then.
 	deferred bool
-	// copyIn: the server answered this Query or Execute with
-	// CopyInResponse. It ignores a Sync it reads in copy-in (libpq sends
-	// one after the Execute of a COPY FROM STDIN, before the data): the
-	// Syncs queued after it, before any CopyData, CopyDone, CopyFail or
-	// other message, get no ReadyForQuery (dropIgnoredSyncs).
-	copyIn bool
+	// mayCopy: a Query or Execute of the client's with COPY FROM STDIN,
+	// which may put the server in copy-in (copyGate); counted in
+	// session.copyOut.
+	mayCopy bool
 }
 
 // change is a statement or portal a client's Parse, Bind or Close makes
@@ -122,6 +118,13 @@ type session struct {
 	// standard_conforming_strings or client_encoding), or "".
 	lexical lexicalSettings
 	changes []change
+	// COPY FROM STDIN (copyGate): copyOut counts the queue's entries
+	// that may put the server in copy-in (mayCopy); copyIn says the
+	// server is in copy-in as far as fencegate knows, from its
+	// CopyInResponse to the client's CopyDone or CopyFail or the end
+	// of the COPY the server gives (its CommandComplete or error).
+	copyOut int
+	copyIn  bool
 	peak    int                // the queue's longest, folded into Server.peakQueued at the end
 	notRun  []*proxy.Admission // checks the server skipped, for Done
 
@@ -155,7 +158,7 @@ type session struct {
 	localBound  bool
 	localRan    bool
 	localBinary bool
-	copyData    bool // the last message forwarded was CopyData (pushCopyMark)
+	copies      bool // a COPY FROM STDIN was sent: copyGate looks at what follows
 	local       []byte
 	stmts       map[string]*verdict
 	portals     map[string]*verdict
@@ -453,6 +456,11 @@ func (c *session) done(_ error) {
 // push appends g to the queue.
 func (c *session) push(g reply) {
 	c.qmu.Lock()
+	if g.mayCopy && c.discard && !c.syncQueued() {
+		// The server skips it, after an error, to the next Sync: it
+		// starts no COPY, and S2C drops it when that Sync is answered.
+		g.mayCopy = false
+	}
 	if c.qlen == len(c.q) {
 		n := make([]reply, max(16, 2*len(c.q)))
 		for i := 0; i < c.qlen; i++ {
@@ -466,7 +474,21 @@ func (c *session) push(g reply) {
 	if g.msg == 'S' || g.msg == 'Q' {
 		c.syncs++
 	}
+	if g.mayCopy {
+		c.copies = true
+		c.copyOut++
+	}
 	c.qmu.Unlock()
+}
+
+// syncQueued says a Sync is in the queue; under qmu.
+func (c *session) syncQueued() bool {
+	for i := 0; i < c.qlen; i++ {
+		if c.q[(c.qhead+i)%len(c.q)].msg == 'S' {
+			return true
+		}
+	}
+	return false
 }
 
 // pushChange records a change and the reply that confirms it.
@@ -514,58 +536,21 @@ func (c *session) room() error {
 	return nil
 }
 
-// pop removes the queue's front, and the copy-in marks after it, which
-// get no reply; under qmu.
+// pop removes the queue's front; under qmu.
 func (c *session) pop() {
-	c.popOne()
-	c.popMarks()
-}
-
-func (c *session) popOne() {
 	g := &c.q[c.qhead]
 	if g.msg == 'S' || g.msg == 'Q' {
 		c.syncs--
+	}
+	if g.mayCopy {
+		c.copyOut--
+		c.qcond.Broadcast() // copyGate
 	}
 	*g = reply{}
 	c.qhead = (c.qhead + 1) % len(c.q)
 	c.qlen--
 	if c.qlen == maxOutstanding/2 {
 		c.qcond.Broadcast() // room
-	}
-}
-
-func (c *session) popMarks() {
-	for c.qlen > 0 && c.q[c.qhead].msg == 'c' {
-		c.popOne()
-	}
-}
-
-// dropIgnoredSyncs removes, once a Query or Execute whose server went
-// into copy-in is answered, the Syncs the client sent while the server
-// was in copy-in (before its CopyDone or CopyFail, or any other message):
-// the server ignored them, and answers none. Under qmu.
-func (c *session) dropIgnoredSyncs() {
-	dropped := false
-	for c.qlen > 0 && c.q[c.qhead].msg == 'S' {
-		c.popOne() // up to the mark, not past it
-		dropped = true
-	}
-	c.popMarks()
-	if dropped {
-		c.qcond.Broadcast() // waitAnswered
-	}
-}
-
-// pushCopyMark marks, for dropIgnoredSyncs, where copy-in may have
-// ended for the server: before the first CopyData of a run (a bad row
-// ends it) and before a CopyDone or CopyFail. An empty queue needs no
-// mark.
-func (c *session) pushCopyMark() {
-	c.qmu.Lock()
-	empty := c.qlen == 0
-	c.qmu.Unlock()
-	if !empty { // only C2S pushes: the queue cannot fill meanwhile
-		c.push(reply{msg: 'c', chg: -1})
 	}
 }
 
@@ -641,6 +626,7 @@ func (c *session) serverLoop() error {
 		}
 		out, err := c.reply(t, body, raw)
 		if err != nil {
+			c.tellClient(pgError{Severity: "FATAL", Code: "08P01", Message: "fencegate: " + err.Error()[len("pgwire: "):]})
 			return err
 		}
 		if t == 'Z' {
@@ -692,8 +678,18 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		return raw, nil // e.g. a FATAL error as the server shuts down
 	}
 	complete := false
-	if t == 'G' {
-		g.copyIn = true
+	switch {
+	case t == 'G' && g.mayCopy:
+		c.copyIn = true
+		c.qcond.Broadcast() // copyGate
+	case t == 'G' || t == 'W':
+		// Copy-in fencegate did not foresee (or copy-both): it cannot
+		// tell which of the client's messages the server reads as COPY
+		// data. Not expected; the session ends.
+		c.qmu.Unlock()
+		return nil, errUnforeseenCopy
+	case c.copyIn && (t == 'C' || t == 'E'):
+		c.copyIn = false // the COPY is over: done, or failed
 	}
 	switch g.msg {
 	case 'Q':
@@ -816,11 +812,11 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 			}
 			c.discard = false
 		}
-		if g.copyIn {
-			c.popOne() // the mark after it, if any, bounds the Syncs to drop
-			c.dropIgnoredSyncs()
-		} else {
-			c.pop()
+		c.pop()
+		if c.discard {
+			// What the server skips to the next Sync goes now: a COPY
+			// among it starts no copy-in, which copyGate may wait on.
+			c.front()
 		}
 		if t == 'Z' {
 			c.unsent = true // until answered
@@ -859,7 +855,10 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 	return out, nil
 }
 
-var errShutdown = errors.New("pgwire: shutting down")
+var (
+	errShutdown       = errors.New("pgwire: shutting down")
+	errUnforeseenCopy = errors.New("pgwire: the server started a COPY fencegate did not foresee")
+)
 
 func (c *session) audited() bool {
 	a := c.open.Load()

@@ -201,7 +201,7 @@ func (r *reader) inline() ([]string, error) {
 		return nil, protoErr("quotes in inline commands are not supported; send RESP arrays")
 	}
 	r.scratch, r.ends = r.scratch[:0], r.ends[:0]
-	for _, w := range bytes.Fields(line) {
+	for _, w := range bytes.FieldsFunc(line, asciiSpace) {
 		if len(r.ends) == r.lim.maxArgs {
 			return nil, protoErr("multibulk length over the limit of %d", r.lim.maxArgs)
 		}
@@ -212,6 +212,17 @@ func (r *reader) inline() ([]string, error) {
 		return nil, nil
 	}
 	return r.split(), nil
+}
+
+// asciiSpace is what separates an inline command's arguments: the C
+// locale's isspace, as Redis's sdssplitargs has it. Other Unicode spaces
+// (U+00A0, U+3000) are part of an argument.
+func asciiSpace(r rune) bool {
+	switch r {
+	case ' ', '\t', '\n', '\v', '\f', '\r':
+		return true
+	}
+	return false
 }
 
 // longLine reads a line that may be longer than the read buffer.

@@ -191,6 +191,7 @@ func (s *Server) handle(c net.Conn) {
 		caller.AuthError = "no verified client certificate (RESP clients are identified by their TLS client certificate)"
 	}
 	sess := newSession(proxy.WithProtocol(policy.NewContext(s.ctx, caller), proxy.ProtocolRESP), s, conn)
+	sess.raw = c
 	if !s.conns.Track(sess, true) {
 		return
 	}

@@ -24,6 +24,7 @@ import (
 type session struct {
 	srv  *Server
 	conn net.Conn
+	raw  net.Conn // conn's own connection, under TLS
 	r    *reader
 	w    *writer
 	ctx  context.Context // carries the caller; ends with the server
@@ -59,7 +60,7 @@ type session struct {
 func newSession(ctx context.Context, s *Server, c net.Conn) *session {
 	lim := limits{maxArgs: s.cfg.MaxArgs, maxBulk: s.cfg.MaxBulkBytes, maxCommand: s.cfg.MaxCommandBytes, maxInline: s.cfg.MaxInlineBytes}
 	return &session{
-		srv: s, conn: c, r: newReader(c, lim), w: newWriter(c), ctx: ctx, id: s.ids.Add(1),
+		srv: s, conn: c, raw: c, r: newReader(c, lim), w: newWriter(c), ctx: ctx, id: s.ids.Add(1),
 		authBy: time.Now().Add(s.cfg.AuthTimeout),
 	}
 }
@@ -183,7 +184,10 @@ func (s *session) fail(err error) error {
 		_ = s.flush()
 		return nil
 	}
-	if errors.Is(err, io.EOF) {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		// The client closed its side, maybe inside a command (which
+		// does not run): the answers to those before it, which ran, go
+		// out, as Redis writes them.
 		_ = s.flush()
 		return nil
 	}
@@ -232,8 +236,10 @@ func (s *session) busy() bool {
 	return !s.closed
 }
 
-// CloseNow closes the session's connection (Close).
-func (s *session) CloseNow() { s.conn.Close() }
+// CloseNow closes the session's connection now (Close): under TLS
+// without close_notify, whose write blocks for up to 5 s to a client that
+// reads nothing (and ends one CloseIfIdle sent).
+func (s *session) CloseNow() { s.raw.Close() }
 
 // CloseIfIdle closes a session waiting for its client; a busy one ends
 // after answering what it has read (waitIdle).
@@ -242,7 +248,9 @@ func (s *session) CloseIfIdle() {
 	defer s.mu.Unlock()
 	if s.idle {
 		s.closed = true
-		s.conn.Close()
+		// Under TLS with close_notify: on its own, not under the
+		// group's lock, one session after another (CloseNow).
+		go s.conn.Close()
 	}
 }
 

@@ -54,6 +54,11 @@
 // holding the fence's row. It needs pg_signal_backend, which the
 // migration grants fencegate_owner.
 //
+// From version 10 advance_term counts only an exclusive advisory lock on
+// the election's key (pg_locks mode ExclusiveLock): a shared one
+// (pg_advisory_lock_shared), which any number of sessions may hold at
+// once, no longer keeps an ended term current.
+//
 // Apply is idempotent and safe to run from several replicas at once: it holds
 // a PostgreSQL session advisory lock while it creates the schema and runs
 // tern (which takes its own advisory lock too), so concurrent runs apply each

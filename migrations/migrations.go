@@ -16,9 +16,9 @@ const StaleSQLState = "FG001"
 
 // TermEndedSQLState and UnknownTermSQLState are what
 // fencegate.advance_term raises for a token whose term is over (no session
-// holds the election's advisory lock) and for one above the current term
-// (or a fence with no term row). Their DETAIL, and that of its FG001, is
-// "term=<n>".
+// holds the election's advisory lock exclusively) and for one above the
+// current term (or a fence with no term row). Their DETAIL, and that of its
+// FG001, is "term=<n>".
 const (
 	TermEndedSQLState   = "FG002"
 	UnknownTermSQLState = "FG003"

@@ -8,14 +8,15 @@
 //	RETURNING term;                                  -- its fencing token
 //
 // and keeps that session open while it leads. An election's term is its
-// row's term while some session of the database holds its advisory lock;
-// with no lock held the term is over.
+// row's term while some session of the database holds its advisory lock
+// exclusively; with no exclusive lock held the term is over. A shared lock
+// (pg_advisory_lock_shared) is no leader's: many sessions hold one at once.
 //
 // The source keeps what it last read in memory (Term, for every write's
 // fast path) and refreshes it every Config.Poll for the fences it was asked
 // about; Verify reads the row and pg_locks afresh. The backend's own check
-// (fencegate.advance_term, migration 005) is final: it runs in the fenced
-// write's transaction.
+// (fencegate.advance_term, migrations 005 and 010) is final: it runs in the
+// fenced write's transaction.
 package pgterm
 
 import (
@@ -123,11 +124,12 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		pool.Close()
 		return nil, err
 	}
-	// One snapshot of the granted advisory locks of this database, then
-	// each row's term and whether its lock is among them.
+	// One snapshot of the granted exclusive advisory locks of this
+	// database, then each row's term and whether its lock is among them.
+	// A shared lock (mode ShareLock) confers no leadership.
 	locks := `WITH l AS MATERIALIZED (
   SELECT l.classid, l.objid FROM pg_catalog.pg_locks AS l
-   WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+   WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock' AND l.objsubid = 1
      AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database()))
 `
 	held := "EXISTS (SELECT FROM l WHERE l.classid = ((" + key + " >> 32) & 4294967295)::oid AND l.objid = (" + key + " & 4294967295)::oid)"

@@ -14,10 +14,11 @@
 // Source guarantees: Term reads memory only and does not allocate; the
 // first Verify of an election starts a child watch on it, and each change
 // of its children is read again and published, never older over newer
-// (ordered by the election node's pzxid); Verify syncs the server it asks
-// with the ZooKeeper leader before reading, so its answer includes every
-// committed change. What it does not do: tell a term that ended before it
-// was ever seen from a forged one (both refused, the first as UNKNOWN_TERM
-// rather than TERM_ENDED), or follow elections past Config.MaxElections
-// (those are read again on each write above memory instead).
+// (reads are numbered in the order they are sent, and each new connection
+// is synced first); Verify syncs the server it asks with the ZooKeeper
+// leader before reading, so its answer includes every committed change.
+// What it does not do: tell a term that ended before it was ever seen from
+// a forged one (both refused, the first as UNKNOWN_TERM rather than
+// TERM_ENDED), or follow elections past Config.MaxElections (those are
+// read again on each write above memory instead).
 package zookeeper

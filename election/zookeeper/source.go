@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"io"
 	"log/slog"
 	"maps"
@@ -82,6 +83,14 @@ type Source struct {
 	// memory until then.
 	sessions atomic.Uint64
 	readAt   map[string]uint64 // guarded by mu
+	// reads numbers reads in the order their first request is sent, for
+	// reads of one election: readMu (by the election's hash) holds the
+	// numbering and the request together. pubSeq holds, for each
+	// election, the number of the last read published.
+	reads  atomic.Uint64
+	readMu [64]sync.Mutex
+	seed   maphash.Seed
+	pubSeq map[string]uint64 // guarded by mu; made by publish
 	// reread is closed, and replaced, when a connection is established:
 	// each watch reads its election again (kick).
 	rereadMu sync.Mutex
@@ -126,6 +135,7 @@ func New(cfg Config) (*Source, error) {
 		watched:  make(map[string]bool),
 		wantCh:   make(chan string, 256),
 		readAt:   make(map[string]uint64),
+		seed:     maphash.MakeSeed(),
 		reread:   make(chan struct{}),
 	}
 	conn, _, err := zk.Connect(cfg.Servers, cfg.SessionTimeout,
@@ -266,11 +276,13 @@ func (s *Source) want(name string) {
 // again on each change, until ctx is done.
 func (s *Source) watch(ctx context.Context, name string) {
 	path := s.path(name)
-	var backoff time.Duration
+	var (
+		backoff time.Duration
+		synced  uint64 // the connection this watch synced in
+	)
 	for {
 		again := s.rereadCh()
-		n := s.sessions.Load()
-		st, ch, err := s.read(path, true)
+		st, ch, n, err := s.syncRead(path, true, synced)
 		if err != nil {
 			if ctx.Err() != nil {
 				return
@@ -284,7 +296,7 @@ func (s *Source) watch(ctx context.Context, name string) {
 			}
 			continue
 		}
-		backoff = 0
+		backoff, synced = 0, n
 		s.publish(name, st)
 		s.readIn(name, n)
 		select {
@@ -301,6 +313,7 @@ func (s *Source) watch(ctx context.Context, name string) {
 
 // state is one read of an election.
 type state struct {
+	seq    uint64 // the read's number (Source.reads)
 	exists bool
 	pzxid  int64 // of the election node: the last change of its children
 	leader string
@@ -308,10 +321,39 @@ type state struct {
 	data   string
 }
 
+// syncRead reads the election at path over one connection, after a Sync
+// in it unless the caller synced in it already (synced; connections count
+// from 1), and returns the connection's count. Requests sent in order over
+// one session see states in order, but go-zookeeper forgets the last zxid
+// seen when a session expires, so a new session's server may be behind
+// the reads of the last: the Sync orders the read after them.
+func (s *Source) syncRead(path string, watch bool, synced uint64) (state, <-chan zk.Event, uint64, error) {
+	for {
+		n := s.sessions.Load()
+		if n != synced {
+			if _, err := s.conn.Sync(path); err != nil && !errors.Is(err, zk.ErrNoNode) {
+				return state{}, nil, 0, err
+			}
+		}
+		st, ch, err := s.read(path, watch)
+		if err != nil {
+			return state{}, nil, 0, err
+		}
+		if s.sessions.Load() == n {
+			return st, ch, n, nil
+		}
+		// Sent, or synced, over a later connection: its Sync does
+		// not cover the read. Read again, synced.
+	}
+}
+
 // read reads the election at path: its candidates and its leader's node.
 // With watch, it leaves a watch on the election (its children, or its
-// creation when it does not exist) and returns its channel.
+// creation when it does not exist) and returns its channel. The read is
+// numbered as its first request is sent, so that of two reads of one
+// election over one session, the later numbered sees the later state.
 func (s *Source) read(path string, watch bool) (state, <-chan zk.Event, error) {
+	mu := &s.readMu[maphash.String(s.seed, path)%uint64(len(s.readMu))]
 	for {
 		var (
 			children []string
@@ -319,14 +361,19 @@ func (s *Source) read(path string, watch bool) (state, <-chan zk.Event, error) {
 			ch       <-chan zk.Event
 			err      error
 		)
+		// The client queues a request inside the blocking call: hold
+		// the number and the request together until it answers.
+		mu.Lock()
+		seq := s.reads.Add(1)
 		if watch {
 			children, stat, ch, err = s.conn.ChildrenW(path)
 		} else {
 			children, stat, err = s.conn.Children(path)
 		}
+		mu.Unlock()
 		if errors.Is(err, zk.ErrNoNode) {
 			if !watch {
-				return state{}, nil, nil
+				return state{seq: seq}, nil, nil
 			}
 			ok, _, ech, err := s.conn.ExistsW(path)
 			if err != nil {
@@ -335,12 +382,12 @@ func (s *Source) read(path string, watch bool) (state, <-chan zk.Event, error) {
 			if ok {
 				continue // created since: watch its children
 			}
-			return state{}, ech, nil
+			return state{seq: seq}, ech, nil
 		}
 		if err != nil {
 			return state{}, nil, err
 		}
-		st := state{exists: true, pzxid: stat.Pzxid}
+		st := state{seq: seq, exists: true, pzxid: stat.Pzxid}
 		leader, ok := Leader(children)
 		if !ok {
 			return st, ch, nil
@@ -407,12 +454,12 @@ func (s *Source) readIn(name string, n uint64) {
 }
 
 // publish folds a read of election name into memory unless a later read is
-// published already: a read of the election's node older than the one
-// published (its children's pzxid) is dropped, so it can neither bring
-// back a leader that has gone nor end the term of one that came since (a
-// current leader refused TERM_ENDED until the election changes again). A
-// read that finds no election node is always taken: at worst it makes the
-// next write verify.
+// published already, so that it can neither bring back a leader that has
+// gone nor end the term of one that came since (a current leader refused
+// TERM_ENDED until the election changes again). Later is the read's
+// number: a read that found no election node has no pzxid to tell its
+// age. The election node's pzxid (its children's last change) orders
+// reads of it as well.
 func (s *Source) publish(name string, st state) election.Term {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
@@ -423,7 +470,7 @@ func (s *Source) publish(name string, st state) election.Term {
 	}
 	t := old
 	switch {
-	case st.exists && st.pzxid < old.ObservedRev:
+	case st.seq < s.pubSeq[name], st.exists && st.pzxid < old.ObservedRev:
 		s.mu.Unlock()
 		return old
 	case st.czxid != 0:
@@ -437,14 +484,21 @@ func (s *Source) publish(name string, st state) election.Term {
 	}
 	t.Last = max(t.Last, t.Rev)
 	changed := t.Rev != old.Rev || t.Leader != old.Leader || t.Key != old.Key
-	if known || t.Rev != 0 {
-		if s.watched[name] {
-			s.terms[name] = t
-		} else if known {
-			// Past MaxElections nothing follows it: memory would go
-			// stale. Verify reads it each time instead.
-			delete(s.terms, name)
+	if s.watched[name] {
+		if s.pubSeq == nil {
+			s.pubSeq = make(map[string]uint64)
 		}
+		// Kept even when memory keeps no term: an older read of a
+		// leader must not come after it.
+		s.pubSeq[name] = st.seq
+		if known || t.Rev != 0 {
+			s.terms[name] = t
+		}
+	} else if known {
+		// Past MaxElections nothing follows it: memory would go
+		// stale. Verify reads it each time instead.
+		delete(s.terms, name)
+		delete(s.pubSeq, name)
 	}
 	s.mu.Unlock()
 	if changed && s.onChange != nil {
@@ -467,19 +521,15 @@ func (s *Source) Verify(ctx context.Context, name string, token int64) (election
 	s.want(name)
 	type result struct {
 		st  state
+		n   uint64
 		err error
 	}
 	// The client's calls take no context: they wait out a reconnection.
 	done := make(chan result, 1)
 	path := s.path(name)
-	n := s.sessions.Load()
 	go func() {
-		if _, err := s.conn.Sync(path); err != nil && !errors.Is(err, zk.ErrNoNode) {
-			done <- result{err: err}
-			return
-		}
-		st, _, err := s.read(path, false)
-		done <- result{st, err}
+		st, _, n, err := s.syncRead(path, false, 0)
+		done <- result{st, n, err}
 	}()
 	var r result
 	select {
@@ -493,7 +543,7 @@ func (s *Source) Verify(ctx context.Context, name string, token int64) (election
 	// The newest state known answers: this read, or a later one the
 	// watch published meanwhile.
 	t := s.publish(name, r.st)
-	s.readIn(name, n)
+	s.readIn(name, r.n)
 	return t, t.HasLeader() && token == t.Rev, nil
 }
 

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/metadata"
 )
@@ -82,23 +83,19 @@ func (r *Resets) watch(ctx context.Context, rev int64, lower func(fence string, 
 				}
 				r.log.Warn("fence reset watch interrupted", "err", err)
 				if resp.CompactRevision > 0 {
-					rev = resp.CompactRevision - 1
+					// The resets after rev are gone from etcd's history
+					// (compacted while this replica was cut off): each
+					// fence's last one is still its key's value. Until
+					// they are read, the watch starts at rev again.
+					if rev, err = r.catchUp(ctx, rev, lower); err != nil {
+						r.log.Warn("fence resets: cannot read them after a compaction", "err", err)
+					}
 				}
 				break
 			}
 			rev = resp.Header.Revision
 			for _, ev := range resp.Events {
-				fence := strings.TrimPrefix(string(ev.Kv.Key), r.prefix)
-				v, by, _ := strings.Cut(string(ev.Kv.Value), " by=")
-				if by == r.id {
-					continue
-				}
-				mark, err := strconv.ParseInt(v, 10, 64)
-				if err != nil || mark < 0 || fence == "" {
-					r.log.Warn("fence reset: ignored", "key", string(ev.Kv.Key), "value", string(ev.Kv.Value))
-					continue
-				}
-				lower(fence, mark)
+				r.apply(ev.Kv, lower)
 			}
 		}
 		select {
@@ -106,4 +103,34 @@ func (r *Resets) watch(ctx context.Context, rev int64, lower func(fence string, 
 		case <-time.After(time.Second):
 		}
 	}
+}
+
+// catchUp lowers every fence whose reset key changed after revision since,
+// from the keys as they are now, and returns the revision read.
+func (r *Resets) catchUp(ctx context.Context, since int64, lower func(fence string, mark int64)) (int64, error) {
+	resp, err := r.cli.Get(ctx, r.prefix, clientv3.WithPrefix())
+	if err != nil {
+		return since, err
+	}
+	for _, kv := range resp.Kvs {
+		if kv.ModRevision > since {
+			r.apply(kv, lower)
+		}
+	}
+	return resp.Header.Revision, nil
+}
+
+// apply lowers the fence of a reset key another replica put.
+func (r *Resets) apply(kv *mvccpb.KeyValue, lower func(fence string, mark int64)) {
+	fence := strings.TrimPrefix(string(kv.Key), r.prefix)
+	v, by, _ := strings.Cut(string(kv.Value), " by=")
+	if by == r.id {
+		return
+	}
+	mark, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || mark < 0 || fence == "" {
+		r.log.Warn("fence reset: ignored", "key", string(kv.Key), "value", string(kv.Value))
+		return
+	}
+	lower(fence, mark)
 }

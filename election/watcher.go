@@ -79,6 +79,9 @@ type Watcher struct {
 	// may be held by a leader from before the restore as well as one from
 	// after, and none is current. Guarded by mu.
 	floor int64
+	// relist asks Run's session to end and list again: a Verify read
+	// found etcd's history gone back (rewound).
+	relist chan struct{}
 
 	// testHookBeforeWatch, if set, runs after a list and before the watch
 	// is opened.
@@ -122,6 +125,7 @@ func NewWatcher(client *clientv3.Client, cfg WatcherConfig) (*Watcher, error) {
 		checkInterval: cfg.CheckInterval,
 		terms:         make(map[string]Term),
 		cands:         make(map[string]map[string]candidate),
+		relist:        make(chan struct{}, 1),
 	}, nil
 }
 
@@ -255,6 +259,8 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 			default:
 				w.applyEvents(wr.Events)
 			}
+		case <-w.relist:
+			return errors.New("etcd's revision went backwards")
 		case <-check.C:
 			if !heard {
 				return fmt.Errorf("watch silent for %v after a progress request", w.checkInterval)
@@ -290,15 +296,7 @@ func (w *Watcher) applyList(rev int64, kvs []*mvccpb.KeyValue) {
 	defer w.writeMu.Unlock()
 	w.mu.Lock()
 	if rev < w.applied {
-		// etcd's history went backwards (restored from a backup): the
-		// list is the truth now.
-		w.floor = max(w.floor, w.applied)
-		w.log.Warn("etcd revision went backwards (restored without --bump-revision?): terms up to the revision before are refused, as leaders from before and after the restore may hold the same one; leaders holding one must campaign again",
-			"prefix", w.prefix, "had", w.applied, "now", rev)
-		for name, t := range w.terms {
-			t.ObservedRev = 0
-			w.terms[name] = t
-		}
+		w.rewound(w.applied, rev) // the list is the truth now
 	}
 	w.cands = cands
 	w.applied = rev
@@ -313,6 +311,20 @@ func (w *Watcher) applyList(rev int64, kvs []*mvccpb.KeyValue) {
 	}
 	w.mu.Unlock()
 	w.notify(changes)
+}
+
+// rewound records that etcd's history went backwards (restored from a
+// backup) from revision had to now: every term up to had is refused, and
+// any later read may be published. w.mu must be held.
+func (w *Watcher) rewound(had, now int64) {
+	w.floor = max(w.floor, had)
+	w.applied = now
+	w.log.Warn("etcd revision went backwards (restored without --bump-revision?): terms up to the revision before are refused, as leaders from before and after the restore may hold the same one; leaders holding one must campaign again",
+		"prefix", w.prefix, "had", had, "now", now)
+	for name, t := range w.terms {
+		t.ObservedRev = 0
+		w.terms[name] = t
+	}
 }
 
 func (w *Watcher) applyProgress(rev int64) {
@@ -457,9 +469,29 @@ func (w *Watcher) Verify(ctx context.Context, name string, token int64) (Term, b
 		return Term{Election: name}, false, nil
 	}
 	pfx := electionKeyPrefix(w.prefix, name)
+	w.mu.RLock()
+	applied := w.applied
+	w.mu.RUnlock()
 	resp, err := w.client.Get(ctx, pfx, clientv3.WithFirstCreate()...)
 	if err != nil {
 		return Term{}, false, fmt.Errorf("election: verify %q: %w", name, err)
+	}
+	if rev := resp.Header.Revision; rev < applied {
+		// A linearizable read sees every revision the watch applied
+		// before it started: etcd's history went backwards. Memory is
+		// of the history before; the watch may not notice for a while
+		// (it resumes above the new store's revision).
+		w.writeMu.Lock()
+		w.mu.Lock()
+		if rev < w.applied {
+			w.rewound(w.applied, rev)
+		}
+		w.mu.Unlock()
+		w.writeMu.Unlock()
+		select {
+		case w.relist <- struct{}{}:
+		default:
+		}
 	}
 	t := w.fold(name, resp)
 	w.mu.RLock()

@@ -113,8 +113,10 @@ func (p *rt13Proxy) Restore() {
 // them.
 func TestRedTeam13ResetLostToCompaction(t *testing.T) {
 	proxy := newRT13Proxy(t, strings.TrimPrefix(endpoints()[0], "http://"))
-	viaProxy, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + proxy.ln.Addr().String()},
-		DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	viaProxy, err := clientv3.New(clientv3.Config{
+		Endpoints:   []string{"http://" + proxy.ln.Addr().String()},
+		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -390,16 +391,17 @@ func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) 
 	if principal != "" {
 		who = strconv.Quote(principal)
 	}
+	shown := g.shownFence(fence)
 	if g.cfg.PolicyShadow {
 		g.metrics.shadowDenied(a)
-		if log, suppressed := g.refusals.admit(refusalKey{-1, fence, tokens.Reason(a), 0}, g.now()); log {
+		if log, suppressed := g.refusals.admit(refusalKey{-1, shown, tokens.Reason(a), 0}, g.now()); log {
 			g.log.LogAttrs(ctx, slog.LevelWarn, "policy would refuse (shadow mode): allowed",
-				slog.String("principal", principal), slog.String("action", string(a)), slog.String("fence", fence),
+				slog.String("principal", principal), slog.String("action", string(a)), slog.String("fence", shown),
 				slog.String("rule", d.Rule), slog.Uint64("identical_not_logged", suppressed))
 		}
 		return grant{shadow: true}, nil
 	}
-	r := tokens.Refuse(tokens.ReasonNotAuthorized, fence, 0, "%s may not %s fence %q", who, a, fence)
+	r := tokens.Refuse(tokens.ReasonNotAuthorized, fence, 0, "%s may not %s fence %q", who, a, shown)
 	if d.Rule != "" {
 		r.Msg += " (rule " + strconv.Quote(d.Rule) + ")"
 	}
@@ -465,6 +467,8 @@ func (g *Gateway) auditRecord(ctx context.Context, a policy.Action, backend int,
 		}
 	}
 	if err != nil {
+		// Only a refused request can have an invalid name.
+		rec.Fence = g.shownFence(fence)
 		rec.Outcome = string(tokens.ReasonBackendUnavailable)
 		if r, ok := tokens.AsRefusal(err); ok {
 			rec.Outcome = string(r.Reason)
@@ -666,6 +670,25 @@ func (g *Gateway) fenceLabel(fence string) string {
 	return OtherFences
 }
 
+// shownFenceBytes bounds what log lines, audit records and the refusal
+// log's memory carry of an invalid fence name.
+const shownFenceBytes = 64
+
+// shownFence is fence as log lines, audit records and the refusal log
+// name it: whole when it is a valid name or short, else its first
+// shownFenceBytes bytes and its length. A client can send a name of
+// megabytes, and the refusal log remembers the names it logged.
+func (g *Gateway) shownFence(fence string) string {
+	if len(fence) <= shownFenceBytes || ValidFenceName(fence, g.cfg.MaxFenceName) {
+		return fence
+	}
+	n := shownFenceBytes
+	for n > 0 && !utf8.RuneStart(fence[n]) {
+		n--
+	}
+	return fence[:n] + "…(" + strconv.Itoa(len(fence)) + " bytes)"
+}
+
 func (g *Gateway) finish(ctx context.Context, backend int, fence string, t tokens.Token, start, end time.Time, err error) {
 	now := g.now()
 	if end.IsZero() {
@@ -673,14 +696,15 @@ func (g *Gateway) finish(ctx context.Context, backend int, fence string, t token
 	}
 	var reason tokens.Reason
 	if err != nil {
+		shown := g.shownFence(fence)
 		r, ok := tokens.AsRefusal(err)
 		if !ok {
 			// Backends answer with refusals; anything else is a bug worth seeing.
 			r = &tokens.RefusalError{Reason: tokens.ReasonBackendUnavailable, Fence: fence, Token: t, Err: err}
-			g.log.ErrorContext(ctx, "unexpected backend error", "fence", fence, "token", uint64(t), "err", err)
+			g.log.ErrorContext(ctx, "unexpected backend error", "fence", shown, "token", uint64(t), "err", err)
 		}
 		reason = r.Reason
-		if log, suppressed := g.refusals.admit(refusalKey{backend, fence, reason, t}, now); log {
+		if log, suppressed := g.refusals.admit(refusalKey{backend, shown, reason, t}, now); log {
 			attrs := make([]slog.Attr, 0, 8)
 			attrs = append(attrs,
 				slog.String("backend", backends[backend]),
@@ -689,7 +713,7 @@ func (g *Gateway) finish(ctx context.Context, backend int, fence string, t token
 				attrs = append(attrs, slog.String("protocol", p))
 			}
 			attrs = append(attrs,
-				slog.String("fence", fence),
+				slog.String("fence", shown),
 				slog.Uint64("token", uint64(t)),
 				slog.String("reason", string(reason)),
 			)

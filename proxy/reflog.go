@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"strings"
 	"sync"
 	"time"
 
@@ -23,7 +24,7 @@ const (
 
 type refusalKey struct {
 	backend int
-	fence   string
+	fence   string // bounded: Gateway.shownFence
 	reason  tokens.Reason
 	token   tokens.Token
 }
@@ -36,8 +37,10 @@ type refusalSeen struct {
 // refusalLog decides which refusals are logged. Safe for concurrent use;
 // no I/O happens under its lock.
 type refusalLog struct {
-	mu   sync.Mutex
-	seen map[refusalKey]refusalSeen
+	mu sync.Mutex
+	// seen holds pointers so that counting a suppressed refusal does not
+	// store its key again: the map keeps the copy made when it was added.
+	seen map[refusalKey]*refusalSeen
 }
 
 // admit reports whether the refusal k, seen at now, is logged, and if so
@@ -45,16 +48,19 @@ type refusalLog struct {
 func (l *refusalLog) admit(k refusalKey, now time.Time) (bool, uint64) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	s, ok := l.seen[k]
-	if ok && now.Sub(s.logged) < refusalLogInterval {
-		s.suppressed++
-		l.seen[k] = s
-		return false, 0
+	if s, ok := l.seen[k]; ok {
+		if now.Sub(s.logged) < refusalLogInterval {
+			s.suppressed++
+			return false, 0
+		}
+		n := s.suppressed
+		*s = refusalSeen{logged: now}
+		return true, n
 	}
 	if l.seen == nil {
-		l.seen = make(map[refusalKey]refusalSeen)
+		l.seen = make(map[refusalKey]*refusalSeen)
 	}
-	if !ok && len(l.seen) >= refusalLogKeys {
+	if len(l.seen) >= refusalLogKeys {
 		for key, v := range l.seen {
 			if now.Sub(v.logged) >= refusalLogInterval {
 				delete(l.seen, key)
@@ -64,6 +70,8 @@ func (l *refusalLog) admit(k refusalKey, now time.Time) (bool, uint64) {
 			clear(l.seen)
 		}
 	}
-	l.seen[k] = refusalSeen{logged: now}
-	return true, s.suppressed
+	// Not a view into a larger buffer the map would keep alive.
+	k.fence = strings.Clone(k.fence)
+	l.seen[k] = &refusalSeen{logged: now}
+	return true, 0
 }

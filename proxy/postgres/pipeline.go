@@ -633,10 +633,18 @@ func (e *decodeError) Error() string { return e.err.Error() }
 func (e *decodeError) Unwrap() error { return e.err }
 
 // decodeValue decodes one column as pgx's Rows.Values does: with the type
-// map's codec, else text as a string and binary as bytes.
+// map's codec, else text as a string and binary as bytes. json and jsonb
+// keep their numbers' text (decodeJSON), which pgx's codec would round to
+// float64s.
 func decodeValue(m *pgtype.Map, fd *pgconn.FieldDescription, buf []byte) (any, error) {
 	if buf == nil {
 		return nil, nil
+	}
+	switch fd.DataTypeOID {
+	case jsonOID, jsonbOID:
+		return decodeJSON(fd.DataTypeOID, fd.Format, buf)
+	case jsonArrayOID, jsonbArrayOID:
+		return decodeJSONArray(m, fd.DataTypeOID, fd.Format, buf)
 	}
 	if t, ok := m.TypeForOID(fd.DataTypeOID); ok {
 		return t.Codec.DecodeValue(m, fd.DataTypeOID, fd.Format, buf)

@@ -12,7 +12,9 @@ type Statement struct {
 type Result struct {
 	RowsAffected int64
 	// Columns and Rows are set when the statement returned rows (SELECT,
-	// RETURNING). Row values are JSON-friendly Go values.
+	// RETURNING). Row values are JSON-friendly Go values; a number a
+	// float64 would round (int8 beyond 2^53, numeric, such a number in a
+	// json or jsonb value) is its decimal text, a string.
 	Columns []string
 	Rows    [][]any
 }

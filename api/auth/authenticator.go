@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
@@ -101,12 +102,19 @@ func (a *Authenticator) Identify(state *tls.ConnectionState, authorization strin
 }
 
 // certCaller is the caller named by the verified client certificate of
-// state, or nil.
+// state, or nil. A chain no longer valid names nobody: the caller is
+// anonymous with AuthError set, and no bearer token is looked at.
 func (a *Authenticator) certCaller(state *tls.ConnectionState, peer net.Addr) *policy.Caller {
 	// VerifiedChains is set by the handshake only, after verifying the
 	// chain against the CA bundle; PeerCertificates alone proves nothing.
 	if !a.clientCerts || state == nil || len(state.VerifiedChains) == 0 || len(state.VerifiedChains[0]) == 0 {
 		return nil
+	}
+	// The handshake checked the chain's validity once; a connection kept
+	// open (gRPC's for days, HTTP keep-alive) outlives it. Checked against
+	// time.Now, as a new handshake is (WithClock is the reload's clock).
+	if why := chainInvalid(state.VerifiedChains[0], time.Now()); why != "" {
+		return &policy.Caller{Peer: peer, AuthError: why}
 	}
 	p := a.names.of(state.VerifiedChains[0][0])
 	if p == "" {

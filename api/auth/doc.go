@@ -17,9 +17,12 @@
 // secret listed in the token file (--token-auth-file, "token:<name>"). No
 // other header or metadata is read. The token file holds only SHA-256
 // hashes of the secrets; a presented secret is hashed and compared with
-// every entry in constant time. The same Identify serves the gRPC
-// interceptors and the HTTP middleware, which also removes the secret from
-// the request before grpc-gateway could forward it as metadata.
+// every entry in constant time. A certificate names the caller only while
+// its verified chain is valid at the request's time (time.Now, as a new
+// handshake decides it): a connection kept open outlives the handshake's
+// check. The same Identify serves the gRPC interceptors and the HTTP
+// middleware, which also removes the secret from the request before
+// grpc-gateway could forward it as metadata.
 //
 // The package refuses no request: the write pipeline refuses an anonymous
 // caller when Authenticator.Required, so that refusals are counted like the

@@ -1,6 +1,10 @@
 package auth
 
-import "crypto/x509"
+import (
+	"crypto/x509"
+	"fmt"
+	"time"
+)
 
 // PrincipalOf names the holder of a verified client certificate (API.md):
 // its first URI SAN as is, else "dns:" and its first DNS SAN, else "cn:"
@@ -13,6 +17,40 @@ func PrincipalOf(cert *x509.Certificate) string {
 		return "dns:" + cert.DNSNames[0]
 	case cert.Subject.CommonName != "":
 		return "cn:" + cert.Subject.CommonName
+	}
+	return ""
+}
+
+// ChainNotAfter is when a verified chain (the leaf first) stops proving
+// who its leaf names: the earliest NotAfter of its certificates. A
+// listener that fixes a caller's identity at login ends the session then.
+func ChainNotAfter(chain []*x509.Certificate) time.Time {
+	var t time.Time
+	for _, c := range chain {
+		if t.IsZero() || c.NotAfter.Before(t) {
+			t = c.NotAfter
+		}
+	}
+	return t
+}
+
+// chainInvalid says why chain, verified in a handshake, is not valid at
+// now (as crypto/x509 decides it), or "".
+func chainInvalid(chain []*x509.Certificate, now time.Time) string {
+	for i, c := range chain {
+		var why string
+		switch {
+		case now.After(c.NotAfter):
+			why = "expired at " + c.NotAfter.UTC().Format(time.RFC3339)
+		case now.Before(c.NotBefore):
+			why = "is not valid before " + c.NotBefore.UTC().Format(time.RFC3339)
+		default:
+			continue
+		}
+		if i > 0 {
+			return fmt.Sprintf("issuer %.64q of the client certificate %s", c.Subject.CommonName, why)
+		}
+		return "client certificate " + why
 	}
 	return ""
 }

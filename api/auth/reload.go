@@ -90,14 +90,17 @@ func stampOf(path string) stamp {
 // they change. Readers never wait: at most one of them stats the files, at
 // most once per checkEvery, and the others use the current value.
 type reloader[T any] struct {
-	files  []string
-	load   func() (*T, error)
-	now    func() time.Time
-	log    *slog.Logger
-	errs   prometheus.Counter // nil without a registerer
-	what   string
-	cur    atomic.Pointer[T]
-	nextAt atomic.Int64 // unix nanoseconds of the next stat
+	files []string
+	load  func() (*T, error)
+	now   func() time.Time
+	log   *slog.Logger
+	errs  prometheus.Counter // nil without a registerer
+	what  string
+	cur   atomic.Pointer[T]
+	// nextAt is when the files are next stat'ed: a time.Time, not Unix
+	// nanoseconds, so that time.Now's monotonic reading decides it and a
+	// wall clock stepped back does not put the look off (due).
+	nextAt atomic.Pointer[time.Time]
 
 	mu     sync.Mutex // one load at a time; guards stamps
 	stamps []stamp
@@ -113,22 +116,38 @@ func (r *reloader[T]) start() error {
 		return err
 	}
 	r.cur.Store(v)
-	r.nextAt.Store(r.now().Add(checkEvery).UnixNano())
+	r.lookedAt(r.now())
 	return nil
 }
 
 // get returns the current value, first loading it again if the files
 // changed and a second has passed since the last look.
 func (r *reloader[T]) get() *T {
-	now := r.now().UnixNano()
-	if now >= r.nextAt.Load() && r.mu.TryLock() {
-		if now >= r.nextAt.Load() {
-			r.nextAt.Store(now + int64(checkEvery))
+	if r.due(r.now()) && r.mu.TryLock() {
+		// Read again under the lock: a time read before another's look
+		// would seem to have gone back.
+		if now := r.now(); r.due(now) {
+			r.lookedAt(now)
 			_ = r.reloadLocked(false)
 		}
 		r.mu.Unlock()
 	}
 	return r.cur.Load()
+}
+
+// due says the files are to be stat'ed at now: checkEvery has passed
+// since the last look, or the clock went back before it. time.Now's
+// monotonic reading does not go back; a clock without one (WithClock's)
+// may be stepped back, and a revoked token or CA must not stay in use
+// until it has caught up.
+func (r *reloader[T]) due(now time.Time) bool {
+	next := *r.nextAt.Load()
+	return !now.Before(next) || now.Before(next.Add(-checkEvery))
+}
+
+func (r *reloader[T]) lookedAt(now time.Time) {
+	next := now.Add(checkEvery)
+	r.nextAt.Store(&next)
 }
 
 // reload loads the files again, changed or not (SIGHUP).

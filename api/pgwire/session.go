@@ -97,6 +97,9 @@ type session struct {
 	// shutdown says the session ends because the server shuts down, with
 	// no transaction open; close tells the client, as PostgreSQL does.
 	shutdown atomic.Bool
+	// certUntil is when the client certificate the session logged in
+	// with expires (certExpired); zero without one.
+	certUntil time.Time
 
 	// The queue, and what S2C learnt from the server; under qmu.
 	qmu     sync.Mutex
@@ -278,6 +281,33 @@ func (c *session) closeEnded(a *proxy.Admission, why *tokens.RefusalError, busy 
 	}
 	c.s.log.Warn("pgwire: transaction ended with its term, connection closed", "outcome", outcome,
 		"fence", c.fence, "user", c.user, "token", a.Token(), "reason", why.Reason, "peer", c.client.RemoteAddr().String())
+}
+
+// certExpired ends the session as its client certificate expires: the
+// identity it logged in with is proven no longer, as a new connection
+// with the certificate would not be. The client is told FATAL 28000; the
+// server connection closes first (close), so an open transaction is
+// rolled back, and a session waiting for its client is shut in the same
+// step, as endTransaction shuts one.
+func (c *session) certExpired() {
+	r := tokens.Refuse(tokens.ReasonUnauthenticated, c.fence, 0, "client certificate expired at %s; the connection is closed",
+		c.certUntil.UTC().Format(time.RFC3339))
+	c.qmu.Lock()
+	busy := c.qlen > 0
+	if busy {
+		r.Msg += " (a COMMIT already sent may have committed)"
+	}
+	end := !c.dead && c.killed.CompareAndSwap(nil, r)
+	if end && !busy {
+		c.toServer.shut.Store(true)
+	}
+	c.qmu.Unlock()
+	if !end {
+		return // ended already
+	}
+	c.close()
+	c.s.log.Warn("pgwire: client certificate expired, connection closed",
+		"fence", c.fence, "user", c.user, "peer", c.client.RemoteAddr().String())
 }
 
 // tellFatal writes the client r as a FATAL error (a transaction ended

@@ -109,6 +109,12 @@ func (s *Server) handle(c net.Conn, full bool) {
 		return
 	}
 	defer s.conns.Track(sess, false)
+	if !sess.certUntil.IsZero() {
+		// The identity is fixed at login: it lasts as long as the
+		// certificate that proved it.
+		t := time.AfterFunc(time.Until(sess.certUntil), sess.certExpired)
+		defer t.Stop()
+	}
 	_ = sess.client.SetDeadline(time.Time{})
 	_ = sess.server.SetDeadline(time.Time{})
 	sess.run()
@@ -299,6 +305,7 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 		if p := auth.PrincipalOf(tlsState.VerifiedChains[0][0]); p != "" {
 			principal = p
 		}
+		sess.certUntil = auth.ChainNotAfter(tlsState.VerifiedChains[0])
 	}
 	sess.ctx = proxy.WithProtocol(policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()}), proxy.ProtocolPgwire)
 	return sess, nil

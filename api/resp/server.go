@@ -167,6 +167,7 @@ func (s *Server) refuse(c net.Conn) {
 func (s *Server) handle(c net.Conn) {
 	defer c.Close()
 	caller := &policy.Caller{Peer: c.RemoteAddr()}
+	var certUntil time.Time
 	conn := c
 	unix := c.LocalAddr().Network() == "unix"
 	if s.cfg.TLS != nil && !unix { // Redis has no TLS on its Unix socket either
@@ -180,6 +181,7 @@ func (s *Server) handle(c net.Conn) {
 		}
 		if st := tc.ConnectionState(); len(st.VerifiedChains) > 0 && len(st.VerifiedChains[0]) > 0 {
 			caller.Principal = auth.PrincipalOf(st.VerifiedChains[0][0])
+			certUntil = auth.ChainNotAfter(st.VerifiedChains[0])
 		}
 		conn = tc
 	}
@@ -191,7 +193,7 @@ func (s *Server) handle(c net.Conn) {
 		caller.AuthError = "no verified client certificate (RESP clients are identified by their TLS client certificate)"
 	}
 	sess := newSession(proxy.WithProtocol(policy.NewContext(s.ctx, caller), proxy.ProtocolRESP), s, conn)
-	sess.raw = c
+	sess.raw, sess.certUntil = c, certUntil
 	if !s.conns.Track(sess, true) {
 		return
 	}

@@ -37,6 +37,9 @@ type session struct {
 	// readBy says a read deadline is set for it.
 	authBy time.Time
 	readBy bool
+	// certUntil is when the client certificate that named the caller
+	// expires (certExpired); zero without one.
+	certUntil time.Time
 
 	multi       bool
 	dirty       bool // a command was refused while queueing: EXEC aborts
@@ -102,6 +105,9 @@ func (s *session) serve() error {
 				return s.fail(err)
 			}
 		}
+		if s.certExpired() {
+			return errCertExpired
+		}
 		k := kindOf(args[0])
 		if k != kindData || s.multi || !s.authed {
 			s.armWrite()
@@ -144,6 +150,25 @@ func (s *session) serve() error {
 			return s.fail(rerr)
 		}
 	}
+}
+
+var errCertExpired = errors.New("resp: client certificate expired")
+
+// certExpired refuses the first command read after the client
+// certificate expired, and ends the session: the identity fixed at the
+// connection's start is proven no longer, as a new connection with the
+// certificate would not be. The command does not run; the client is told
+// UNAUTHENTICATED before the connection closes.
+func (s *session) certExpired() bool {
+	if s.certUntil.IsZero() || !time.Now().After(s.certUntil) {
+		return false
+	}
+	s.armWrite()
+	s.w.error("UNAUTHENTICATED fencegate: client certificate expired at " + s.certUntil.UTC().Format(time.RFC3339) + "; the connection is closed")
+	if s.flush() == nil && s.authed {
+		listen.Linger(s.conn, s.r.br, -1, listen.LingerTime)
+	}
+	return true
 }
 
 func argBytes(args []string) int {

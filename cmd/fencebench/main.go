@@ -19,6 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime"
@@ -26,6 +27,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/fencegate/fencegate/cmd/internal/flagerr"
 )
 
 // config is fencebench's command line.
@@ -69,7 +72,7 @@ func main() {
 		return
 	}
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "fencebench:", err)
+		fmt.Fprintf(os.Stderr, "fencebench: %v\nRun 'fencebench --help' for usage.\n", err)
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -111,12 +114,45 @@ func parseConfig(args []string) (config, error) {
 		fmt.Fprintf(fs.Output(), "Usage: fencebench [flags]\n\nCompares fencegate's write path with direct PostgreSQL and Redis writes on servers it starts itself.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
+	// A parse error is one line (main prints it), not the error and then
+	// every flag; --help goes to stdout.
+	fs.SetOutput(io.Discard)
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(os.Stdout)
+		}
+	}
 	if err := fs.Parse(args); err != nil {
-		return cfg, err
+		if errors.Is(err, flag.ErrHelp) {
+			return cfg, err
+		}
+		return cfg, errors.New(flagerr.Explain(err, fs))
 	}
 	if fs.NArg() > 0 {
 		// A stray word must not start the whole benchmark.
-		return cfg, fmt.Errorf("unexpected argument %q: fencebench takes flags only (fencebench --help lists them)", fs.Arg(0))
+		return cfg, fmt.Errorf("unexpected argument %q: fencebench takes flags only", fs.Arg(0))
+	}
+	// 0 is "the default" for most of these; below it is a mistake that
+	// would otherwise start every server before failing, or measure
+	// nothing.
+	for _, r := range []struct {
+		ok   bool
+		flag string
+		got  any
+	}{
+		{cfg.duration >= 0, "--duration", cfg.duration},
+		{cfg.warmup >= 0, "--warmup", cfg.warmup},
+		{cfg.reps >= 0, "--reps", cfg.reps},
+		{cfg.killTrials >= 0, "--kill-trials", cfg.killTrials},
+		{cfg.resignTrials >= 0, "--resign-trials", cfg.resignTrials},
+		{cfg.propTrials >= 0, "--propagation-trials", cfg.propTrials},
+		{cfg.elections >= 0, "--elections", cfg.elections},
+		{cfg.pgConns >= 0, "--pg-conns", cfg.pgConns},
+		{cfg.gateProcs >= 0, "--fencegate-gomaxprocs", cfg.gateProcs},
+	} {
+		if !r.ok {
+			return cfg, fmt.Errorf("%s=%v is negative: want 0 (the default) or more", r.flag, r.got)
+		}
 	}
 	def := func(v *int, full, quick int) {
 		if *v == 0 {

@@ -22,6 +22,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/fencegate/fencegate/cmd/internal/flagerr"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/election/freeport"
 	pgthrow "github.com/fencegate/fencegate/proxy/postgres/throwaway"
@@ -56,6 +57,33 @@ type campaignConfig struct {
 	GatewayArgs  string
 }
 
+// checkRanges returns what is wrong with a flag out of its range, or "":
+// such a value would otherwise start a whole cluster before failing, or
+// run a campaign that proves nothing.
+func (cfg *campaignConfig) checkRanges() string {
+	for _, r := range []struct {
+		ok   bool
+		flag string
+		got  any
+		want string
+	}{
+		{cfg.Duration > 0, "--duration", cfg.Duration, "a positive duration"},
+		{cfg.TTL >= time.Second && cfg.TTL%time.Second == 0, "--ttl", cfg.TTL, "a whole number of seconds, at least 1s"},
+		{cfg.GapMin >= 0, "--gap-min", cfg.GapMin, "a duration from 0"},
+		{cfg.GapMax >= 0, "--gap-max", cfg.GapMax, "a duration from 0"},
+		{cfg.Interval >= 0, "--interval", cfg.Interval, "a duration from 0"},
+		{cfg.Timeout > 0, "--timeout", cfg.Timeout, "a positive duration"},
+		{cfg.Concurrency >= 1, "--concurrency", cfg.Concurrency, "at least 1"},
+		{cfg.RecklessP >= 0 && cfg.RecklessP <= 1, "--reckless", cfg.RecklessP, "a probability from 0 to 1"},
+		{cfg.PrintMax >= 0, "--print-violations", cfg.PrintMax, "a count from 0"},
+	} {
+		if !r.ok {
+			return fmt.Sprintf("%s=%v: want %s", r.flag, r.got, r.want)
+		}
+	}
+	return ""
+}
+
 func runCampaign(ctx context.Context, args []string) int {
 	var cfg campaignConfig
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
@@ -84,10 +112,22 @@ func runCampaign(ctx context.Context, args []string) int {
 	fs.BoolVar(&cfg.Secure, "secure", true, "gateways serve TLS, require client certificates and enforce a policy (SQL as a writer role on PostgreSQL); every client presents a certificate of the campaign's CA (secure.go)")
 	fs.StringVar(&cfg.GatewayArgs, "gateway-args", "", "extra space-separated flags for every fencegate serve, after the campaign's own (a later flag wins: --gateway-args=--policy-mode=shadow removes the policy's refusals)")
 	faults := fs.String("faults", "", "comma-separated fault kinds to inject (default all): "+strings.Join(faultNames(), ", "))
+	// A parse error is one line, not the error and then every flag.
+	fs.SetOutput(io.Discard)
+	for _, a := range args {
+		if a == "-h" || a == "-help" || a == "--help" {
+			fs.SetOutput(os.Stdout)
+		}
+	}
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintf(os.Stderr, "fencechaos run: %s\nRun 'fencechaos run --help' for usage.\n", flagerr.Explain(err, fs))
+		return 2
+	}
+	if msg := cfg.checkRanges(); msg != "" {
+		fmt.Fprintf(os.Stderr, "fencechaos run: %s\nRun 'fencechaos run --help' for usage.\n", msg)
 		return 2
 	}
 	if fs.NArg() > 0 {

@@ -31,6 +31,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/fencegate/fencegate/cmd/internal/suggest"
 )
 
 func main() {
@@ -57,7 +59,9 @@ func run(ctx context.Context, args []string) int {
 		fmt.Println("usage: fencechaos [run] --backend=postgres|redis --mode=fenced|control [flags]; fencechaos run --help lists the flags")
 		return 0
 	default:
-		err = fmt.Errorf("unknown command %q (want run, or see fencechaos help)", cmd)
+		// worker and etcd-member are internal: not offered.
+		fmt.Fprintf(os.Stderr, "fencechaos: unknown command %q%s\nRun 'fencechaos help' for usage.\n", cmd, suggest.Hint(cmd, []string{"run", "help"}, "%q"))
+		return 2
 	}
 	if err != nil {
 		if errors.Is(err, flag.ErrHelp) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"fmt"
 	"os"
 	"slices"
@@ -31,7 +32,7 @@ func dialEtcd(ctx context.Context, g *globalConfig) (*clientv3.Client, error) {
 		Password:    g.EtcdPassword,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("etcd at %s: %w", g.EtcdEndpoints, err)
+		return nil, g.etcdError(err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, g.DialTimeout)
 	defer cancel()
@@ -40,9 +41,19 @@ func dialEtcd(ctx context.Context, g *globalConfig) (*clientv3.Client, error) {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
-		return nil, fmt.Errorf("etcd at %s is unreachable: %w", g.EtcdEndpoints, err)
+		return nil, g.etcdError(err)
 	}
 	return cli, nil
+}
+
+// etcdError is err from reaching etcd as one line that names the flags to
+// check: clientv3 says only "context deadline exceeded" of an endpoint
+// that never answers.
+func (g *globalConfig) etcdError(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("etcd at %s is unreachable: no answer within --dial-timeout %v (check --etcd-endpoints, or raise --dial-timeout)", g.EtcdEndpoints, g.DialTimeout)
+	}
+	return fmt.Errorf("etcd at %s: %w", g.EtcdEndpoints, err)
 }
 
 // etcdTLS is the client TLS toward etcd, or nil when no TLS flag is set

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+
+	"github.com/fencegate/fencegate/cmd/internal/suggest"
 )
 
 const fencesSummary = `List the fences fencegate knows (GET /v1/fences): each one's high-water
@@ -55,7 +57,12 @@ func runFence(ctx context.Context, g *globalConfig, args []string, stdout, stder
 			_, err := c.parse(args, stdout, stderr)
 			return err
 		}
-		return c.usageError(stderr, "want 'fence get NAME' or 'fence reset NAME --to N'")
+		msg := "want 'fence get NAME' or 'fence reset NAME --to N'"
+		if len(args) > 0 {
+			msg = fmt.Sprintf("unknown subcommand %q: %s%s", args[0], msg, suggest.Hint(args[0], []string{"get", "reset"}, "%q"))
+		}
+		fmt.Fprintf(stderr, "fencectl fence: %s\nRun 'fencectl fence get --help' or 'fencectl fence reset --help' for usage.\n", msg)
+		return errUsage
 	}
 	rest, err := c.parse(args[1:], stdout, stderr)
 	if err != nil {

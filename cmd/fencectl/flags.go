@@ -9,6 +9,8 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/fencegate/fencegate/cmd/internal/flagerr"
 )
 
 // globalConfig is what every command may need: where fencegate and etcd
@@ -77,7 +79,7 @@ func (g *globalConfig) parseLeading(args []string, stdout, stderr io.Writer) ([]
 			fmt.Fprint(stdout, usage())
 			return nil, flag.ErrHelp
 		}
-		fmt.Fprintf(stderr, "fencectl: %v\n\n%s", err, usage())
+		fmt.Fprintf(stderr, "fencectl: %s\nRun 'fencectl --help' for usage.\n", flagerr.Explain(err, fs))
 		return nil, errUsage
 	}
 	fs.Visit(func(f *flag.Flag) { g.set[f.Name] = true })
@@ -92,18 +94,21 @@ type command struct {
 	summary string
 	// interspersed lets flags follow positional arguments.
 	interspersed bool
+	// checkGlobals: parse validates the global flags.
+	checkGlobals bool
 }
 
 func newCommand(g *globalConfig, name, args, summary string) *command {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	return &command{fs: fs, g: g, args: args, summary: summary, interspersed: true}
+	return &command{fs: fs, g: g, args: args, summary: summary, interspersed: true, checkGlobals: true}
 }
 
 // parse parses args (globals included), fills every flag not given on the
 // command line from FENCECTL_<FLAG> (upper case, '-' as '_'), checks the
-// globals and returns the positional arguments. --help prints the usage to
-// stdout. A flag given both before the command and after it takes the
-// later value.
+// globals (unless !checkGlobals) and returns the positional arguments.
+// --help prints the usage to stdout. A flag given both before the command
+// and after it takes the later value. A mistake is a usage error: one
+// line on stderr, and errUsage.
 func (c *command) parse(args []string, stdout, stderr io.Writer) ([]string, error) {
 	fs := c.fs
 	own := flag.NewFlagSet(fs.Name(), flag.ContinueOnError)
@@ -112,7 +117,7 @@ func (c *command) parse(args []string, stdout, stderr io.Writer) ([]string, erro
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
 		out := fs.Output()
-		fmt.Fprintf(out, "Usage: fencectl %s [flags] %s\n\n%s\n", fs.Name(), c.args, c.summary)
+		fmt.Fprintf(out, "Usage: %s\n\n%s\n", strings.TrimSpace("fencectl "+fs.Name()+" [flags] "+c.args), c.summary)
 		n := 0
 		own.VisitAll(func(*flag.Flag) { n++ })
 		if n > 0 {
@@ -135,10 +140,11 @@ func (c *command) parse(args []string, stdout, stderr io.Writer) ([]string, erro
 	// Flags may follow positional arguments (`fence get NAME -w json`),
 	// except in run, where the first one starts CMD; "--" ends flags.
 	var positional []string
+	fs.SetOutput(io.Discard) // a parse error is one line, below
 	for {
 		before := args
 		if err := fs.Parse(args); err != nil {
-			return nil, errUsage
+			return nil, c.usageError(stderr, "%s", flagerr.Explain(err, fs))
 		}
 		args = fs.Args()
 		consumed := len(before) - len(args)
@@ -161,24 +167,26 @@ func (c *command) parse(args []string, stdout, stderr io.Writer) ([]string, erro
 		env := "FENCECTL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(env); ok {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", env, v, e)
+				err = fmt.Errorf("%s=%q (--%s): %s", env, v, f.Name, flagerr.Reason(f, e.Error()))
 			}
 		}
 	})
 	if err != nil {
-		return nil, err
+		return nil, c.usageError(stderr, "%v", err)
 	}
-	if err := c.g.validate(); err != nil {
-		return nil, err
+	if c.checkGlobals {
+		if err := c.g.validate(); err != nil {
+			return nil, c.usageError(stderr, "%v", err)
+		}
 	}
 	return positional, nil
 }
 
-// usageError prints msg and the command's usage, and returns errUsage.
+// usageError prints msg, on one line, and where to read the command's
+// usage, as kubectl does, and returns errUsage: main exits 2.
 func (c *command) usageError(stderr io.Writer, format string, a ...any) error {
-	fmt.Fprintf(stderr, "fencectl %s: %s\n\n", c.fs.Name(), fmt.Sprintf(format, a...))
-	c.fs.SetOutput(stderr)
-	c.fs.Usage()
+	name := c.fs.Name()
+	fmt.Fprintf(stderr, "fencectl %s: %s\nRun 'fencectl %s --help' for usage.\n", name, fmt.Sprintf(format, a...), name)
 	return errUsage
 }
 
@@ -210,8 +218,11 @@ func (g *globalConfig) validate() error {
 	if len(g.etcdEndpoints()) == 0 {
 		return fmt.Errorf("--etcd-endpoints is empty")
 	}
-	if g.DialTimeout <= 0 || g.CommandTimeout <= 0 {
-		return fmt.Errorf("--dial-timeout and --command-timeout must be positive")
+	if g.DialTimeout <= 0 {
+		return fmt.Errorf("--dial-timeout %v: want a positive duration", g.DialTimeout)
+	}
+	if g.CommandTimeout <= 0 {
+		return fmt.Errorf("--command-timeout %v: want a positive duration", g.CommandTimeout)
 	}
 	if g.ElectionPrefix == "" || strings.HasSuffix(g.ElectionPrefix, "/") {
 		return fmt.Errorf("--election-prefix %q: want a key prefix not ending in '/'", g.ElectionPrefix)

@@ -12,8 +12,11 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
+
+	"github.com/fencegate/fencegate/cmd/internal/suggest"
 )
 
 const usageHead = `fencectl: look at fencegate's fences and elections; run a command as a leader.
@@ -52,21 +55,34 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
+	if code := exitStatus(err, os.Stderr); code != 0 {
+		os.Exit(code)
+	}
+}
+
+// exitStatus is fencectl's exit status after run returned err, which it
+// prints unless it was printed already: 2 for a usage error (printed by
+// run), an exitError's code, else 1.
+func exitStatus(err error, stderr io.Writer) int {
 	var exit *exitError
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
 	case errors.Is(err, errUsage):
-		os.Exit(2)
+		return 2
 	case errors.As(err, &exit):
 		if exit.msg != "" {
-			fmt.Fprintln(os.Stderr, "fencectl:", exit.msg)
+			fmt.Fprintln(stderr, "fencectl:", exit.msg)
 		}
-		os.Exit(exit.code)
+		return exit.code
 	default:
-		fmt.Fprintln(os.Stderr, "fencectl:", err)
-		os.Exit(1)
+		fmt.Fprintln(stderr, "fencectl:", err)
+		return 1
 	}
 }
+
+// commands are the names `fencectl <command>` takes, for "did you mean".
+var commands = []string{"fences", "fence", "status", "watch", "run", "version", "help"}
 
 // errUsage is returned after a usage message has been printed.
 var errUsage = errors.New("usage")
@@ -102,13 +118,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	case "run":
 		return runRun(ctx, g, rest, stdout, stderr)
 	case "version", "--version", "-version":
-		fmt.Fprintln(stdout, versionLine())
-		return nil
+		return runVersion(g, rest, stdout, stderr)
 	case "help", "-h", "--help", "-help":
+		// `fencectl help CMD` is `fencectl CMD --help`, as in git.
+		if len(rest) == 1 && rest[0] != "help" && slices.Contains(commands, rest[0]) {
+			return run(ctx, []string{rest[0], "--help"}, stdout, stderr)
+		}
+		if len(rest) == 1 && rest[0] == "help" {
+			rest = nil
+		}
+		if len(rest) > 0 {
+			return unknownCommand(stderr, rest[0])
+		}
 		fmt.Fprint(stdout, usage())
 		return nil
 	default:
-		fmt.Fprintf(stderr, "fencectl: unknown command %q\n\n%s", cmd, usage())
-		return errUsage
+		return unknownCommand(stderr, cmd)
 	}
+}
+
+// unknownCommand prints that cmd is no command of fencectl's, and the one
+// it was likely meant to be, and returns errUsage.
+func unknownCommand(stderr io.Writer, cmd string) error {
+	fmt.Fprintf(stderr, "fencectl: unknown command %q%s\nRun 'fencectl --help' for usage.\n", cmd, suggest.Hint(cmd, commands, "%q"))
+	return errUsage
 }

@@ -53,9 +53,9 @@ revoked), and fencectl exits with CMD's status (128+n when a signal n ended
 it). If fencectl dies, the kernel sends CMD SIGKILL; what CMD started
 outlives it, holding the token, until fencegate refuses the token.
 
-Exit status: CMD's (at least 1 when the leadership ended first); 1 when
-fencectl fails before CMD starts; 126 or 127
-when CMD cannot be run; 128+n when signal n interrupts the campaign.`
+Exit status: CMD's (at least 1 when the leadership ended first); 2 for a
+mistake on the command line; 1 when fencectl fails before CMD starts; 126
+or 127 when CMD cannot be run; 128+n when signal n interrupts the campaign.`
 
 // maxFenceName is the longest fence name fencegate takes
 // (proxy.Config.MaxFenceName's default).
@@ -139,7 +139,7 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 	}
 	margin, err := rc.validate()
 	if err != nil {
-		return err
+		return c.usageError(stderr, "%s", strings.TrimPrefix(err.Error(), "run: "))
 	}
 	graceSet := false
 	c.fs.Visit(func(f *flag.Flag) { graceSet = graceSet || f.Name == "grace" })

@@ -143,14 +143,15 @@ func TestAgainstSecuredFencegate(t *testing.T) {
 		{"wrong bearer token", nil, []string{"--cacert=" + d.ca, "--token=wrong"}, 1, "UNAUTHENTICATED"},
 		{"no credentials", nil, []string{"--cacert=" + d.ca}, 1, "UNAUTHENTICATED"},
 		{"fencegate's CA not trusted", []string{"FENCECTL_TOKEN=" + d.token}, []string{"--cacert=" + d.strangerCA}, 1, "certificate signed by unknown authority"},
-		{"certificate without key", nil, []string{"--cacert=" + d.ca, "--cert=" + d.cert}, 1, "--cert and --key go together"},
+		// A usage error: status 2, and a second line pointing to --help.
+		{"certificate without key", nil, []string{"--cacert=" + d.ca, "--cert=" + d.cert}, 2, "fencectl fences: --cert and --key go together\nRun 'fencectl fences --help' for usage.\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			out, code := fencectl(t, tc.env, append(append([]string{"fences"}, base...), tc.args...)...)
 			if code != tc.wantCode || !strings.Contains(out, tc.want) {
 				t.Errorf("fencectl fences: got status %d, output\n%s\nwant status %d and %q", code, out, tc.wantCode, tc.want)
 			}
-			if code != 0 && strings.Count(out, "\n") != 1 {
+			if code == 1 && strings.Count(out, "\n") != 1 {
 				t.Errorf("fencectl fences: got a %d-line error\n%s\nwant one line", strings.Count(out, "\n"), out)
 			}
 		})

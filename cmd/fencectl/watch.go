@@ -53,6 +53,14 @@ func runWatch(ctx context.Context, g *globalConfig, args []string, stdout, stder
 	if len(rest) > 0 {
 		return c.usageError(stderr, "unexpected argument %q", rest[0])
 	}
+	if interval < 0 {
+		return c.usageError(stderr, "--refusal-interval %v is negative: want a period, or 0 not to read refusals", interval)
+	}
+	if only != "" {
+		if err := election.ValidateName(only); err != nil {
+			return c.usageError(stderr, "--election %q: want an election name, without '/'", only)
+		}
+	}
 	cli, err := dialEtcd(ctx, g)
 	if err != nil {
 		return err

@@ -34,14 +34,14 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	if err := validatePort("--postgres-port", pgPort); err != nil {
-		return err
+		return usage(err)
 	}
 	if err := validatePort("--redis-port", redisPort); err != nil {
-		return err
+		return usage(err)
 	}
 	log, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
-		return err
+		return usage(err)
 	}
 
 	dir, err := os.MkdirTemp("", "fencegate-dev-")

@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/cmd/internal/flagerr"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/election/pgterm"
 	"github.com/fencegate/fencegate/election/redislease"
@@ -196,7 +198,16 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	})
 }
 
+// validate checks the flags, and what each needs of the others. Its
+// errors are usage errors: they name the flag to change.
 func (c *serveConfig) validate() error {
+	return usage(c.check())
+}
+
+func (c *serveConfig) check() error {
+	if err := c.checkRanges(); err != nil {
+		return err
+	}
 	routes, err := election.ParseRoutes(c.TermSources)
 	if err != nil {
 		return fmt.Errorf("--term-sources: %w", err)
@@ -290,7 +301,8 @@ func (c *serveConfig) endpoints() []string {
 
 // parseFlags parses args into fs, then fills every flag not given on the
 // command line from the environment variable FENCEGATE_<FLAG> (upper case,
-// '-' as '_'). --help prints the usage to stdout.
+// '-' as '_'). --help prints the usage to stdout. A mistake is a
+// *usageError.
 func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, summary string) error {
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -305,12 +317,14 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, summa
 			return flag.ErrHelp
 		}
 	}
+	// A parse error is one line (main prints it), not the error and then
+	// the whole usage, which would scroll it off the screen.
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
-		return errUsage
+		return usage(errors.New(flagerr.Explain(err, fs)))
 	}
 	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "fencegate %s: unexpected argument %q\n", fs.Name(), fs.Arg(0))
-		return errUsage
+		return usagef("unexpected argument %q: %s takes flags only", fs.Arg(0), fs.Name())
 	}
 	set := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
@@ -322,9 +336,54 @@ func parseFlags(fs *flag.FlagSet, args []string, stdout, stderr io.Writer, summa
 		env := "FENCEGATE_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(env); ok {
 			if e := fs.Set(f.Name, v); e != nil {
-				err = fmt.Errorf("%s=%q: %w", env, v, e)
+				err = usagef("%s=%q (--%s): %s", env, v, f.Name, flagerr.Reason(f, e.Error()))
 			}
 		}
 	})
 	return err
+}
+
+// Upper bounds of the Redis limits (proxy/redis's own, for its checks).
+const (
+	maxRedisValueBytes = 512 << 20
+	maxRedisReplyBytes = 1 << 30
+)
+
+// checkRanges refuses a limit flag out of its range, naming the flag: the
+// libraries' own checks name their Config fields, and PostgreSQL's and
+// Redis's run only once the backend answers.
+func (c *serveConfig) checkRanges() error {
+	ms := time.Millisecond
+	for _, r := range []struct {
+		ok   bool
+		flag string
+		got  any
+		want string
+	}{
+		{c.EtcdDialTimeout > 0, "--etcd-dial-timeout", c.EtcdDialTimeout, "a positive duration"},
+		{c.ShutdownTimeout >= 0, "--shutdown-timeout", c.ShutdownTimeout, "a duration from 0"},
+		{c.Proxy.MaxInFlight >= 1, "--max-in-flight", c.Proxy.MaxInFlight, "at least 1"},
+		{c.Proxy.MaxStatements >= 1, "--max-statements", c.Proxy.MaxStatements, "at least 1"},
+		{c.Proxy.MaxParams >= 0 && c.Proxy.MaxParams <= 65535, "--max-params", c.Proxy.MaxParams, "0 to 65535"},
+		{c.Proxy.VerifyTimeout > 0, "--verify-timeout", c.Proxy.VerifyTimeout, "a positive duration"},
+		{c.Proxy.VerifyRate > 0 && !math.IsInf(c.Proxy.VerifyRate, 0), "--verify-rate", c.Proxy.VerifyRate, "a positive number of reads a second"},
+		{c.Proxy.VerifyBurst >= 1, "--verify-burst", c.Proxy.VerifyBurst, "at least 1"},
+		{c.Proxy.VerifyFences >= 1, "--verify-fences", c.Proxy.VerifyFences, "at least 1"},
+		{c.HTTPServer.ReadTimeout >= c.HTTPServer.ReadHeaderTimeout, "--http-read-timeout", c.HTTPServer.ReadTimeout, fmt.Sprintf("at least %v, the time to read the headers", c.HTTPServer.ReadHeaderTimeout)},
+		{c.HTTPServer.WriteTimeout > 0, "--http-write-timeout", c.HTTPServer.WriteTimeout, "a positive duration"},
+		{c.HTTPServer.IdleTimeout > 0, "--http-idle-timeout", c.HTTPServer.IdleTimeout, "a positive duration"},
+		{c.HTTPServer.MaxHeaderBytes >= 4096, "--http-max-header-bytes", c.HTTPServer.MaxHeaderBytes, "at least 4096"},
+		{c.Postgres.StatementTimeout >= ms, "--statement-timeout", c.Postgres.StatementTimeout, "at least 1ms"},
+		{c.Postgres.WriteTimeout >= ms, "--write-timeout", c.Postgres.WriteTimeout, "at least 1ms"},
+		{c.Postgres.MaxResultRows >= 1, "--max-result-rows", c.Postgres.MaxResultRows, "at least 1"},
+		{c.Postgres.MaxResultBytes >= 1, "--max-result-bytes", c.Postgres.MaxResultBytes, "at least 1"},
+		{c.Redis.PoolSize >= 1, "--redis-pool-size", c.Redis.PoolSize, "at least 1"},
+		{c.Redis.MaxValueBytes >= 1 && c.Redis.MaxValueBytes <= maxRedisValueBytes, "--redis-max-value-bytes", c.Redis.MaxValueBytes, fmt.Sprintf("1 to %d", maxRedisValueBytes)},
+		{c.Redis.MaxReplyBytes >= c.Redis.MaxValueBytes && c.Redis.MaxReplyBytes <= maxRedisReplyBytes, "--redis-max-reply-bytes", c.Redis.MaxReplyBytes, fmt.Sprintf("from --redis-max-value-bytes (%d) to %d", c.Redis.MaxValueBytes, maxRedisReplyBytes)},
+	} {
+		if !r.ok {
+			return fmt.Errorf("%s=%v: want %s", r.flag, r.got, r.want)
+		}
+	}
+	return nil
 }

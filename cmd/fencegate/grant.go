@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -33,16 +32,16 @@ func runGrant(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	switch {
 	case dsn == "":
-		return errors.New("grant: --postgres-dsn (or FENCEGATE_POSTGRES_DSN) is required")
+		return usagef("--postgres-dsn (or FENCEGATE_POSTGRES_DSN) is required: an admin's connection string")
 	case login == "":
-		return errors.New("grant: --login is required: the role fencegate logs in as")
+		return usagef("--login is required: the role fencegate logs in as")
 	case role == "":
-		return errors.New("grant: --role is required: the role statements are to run as")
+		return usagef("--role is required: the role statements are to run as")
 	}
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		// pgx redacts the password in parse errors.
-		return fmt.Errorf("grant: invalid --postgres-dsn: %w", err)
+		return usagef("invalid --postgres-dsn: %w", err)
 	}
 	host := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
 	conn, err := pgx.ConnectConfig(ctx, cc)

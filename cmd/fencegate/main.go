@@ -12,10 +12,14 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"slices"
+	"strings"
 	"syscall"
+
+	"github.com/fencegate/fencegate/cmd/internal/suggest"
 )
 
-const usage = `fencegate: a storage gateway that refuses writes from stale leaders.
+const usageText = `fencegate: a storage gateway that refuses writes from stale leaders.
 
 Usage:
   fencegate <command> [flags]
@@ -41,41 +45,111 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
-	switch {
-	case err == nil, errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, errUsage):
-		os.Exit(2)
-	default:
-		fmt.Fprintln(os.Stderr, "fencegate:", err)
-		os.Exit(1)
+	if code := exitStatus(err, os.Stderr); code != 0 {
+		os.Exit(code)
 	}
 }
+
+// exitStatus is fencegate's exit status after run returned err, which it
+// prints unless it was printed already: 2 for a mistake on the command
+// line, 1 for anything else.
+func exitStatus(err error, stderr io.Writer) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		return 2
+	case errors.As(err, &ue):
+		fmt.Fprintf(stderr, "fencegate %s: %v\nRun 'fencegate %s --help' for usage.\n", ue.cmd, ue.err, ue.cmd)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "fencegate:", err)
+		return 1
+	}
+}
+
+// usageError is a mistake on the command line: an unknown flag or a bad
+// value, a required flag missing, flags that do not go together, a stray
+// argument. main prints it on one line, with where to read the command's
+// usage, and exits 2, as for a flag the flag package refuses.
+type usageError struct {
+	cmd string // set by run
+	err error
+}
+
+func (e *usageError) Error() string { return e.err.Error() }
+func (e *usageError) Unwrap() error { return e.err }
+
+// usage makes err, when not nil, a usage error.
+func usage(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &usageError{err: err}
+}
+
+// usagef is a usage error with a message formatted as fmt.Errorf does.
+func usagef(format string, a ...any) error { return &usageError{err: fmt.Errorf(format, a...)} }
+
+// commands are the names `fencegate <command>` takes, for "did you mean".
+var commands = []string{"serve", "dev", "migrate", "grant", "version", "help"}
 
 // errUsage is returned after a usage message has been printed.
 var errUsage = errors.New("usage")
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		fmt.Fprint(stderr, usage)
+		fmt.Fprint(stderr, usageText)
 		return errUsage
 	}
-	switch cmd, rest := args[0], args[1:]; cmd {
+	cmd, rest := args[0], args[1:]
+	err := dispatch(ctx, cmd, rest, stdout, stderr)
+	var ue *usageError
+	if errors.As(err, &ue) && ue.cmd == "" {
+		ue.cmd = cmd
+	}
+	return err
+}
+
+func dispatch(ctx context.Context, cmd string, args []string, stdout, stderr io.Writer) error {
+	switch cmd {
 	case "serve":
-		return runServe(ctx, rest, stdout, stderr)
+		return runServe(ctx, args, stdout, stderr)
 	case "dev":
-		return runDev(ctx, rest, stdout, stderr)
+		return runDev(ctx, args, stdout, stderr)
 	case "migrate":
-		return runMigrate(ctx, rest, stdout, stderr)
+		return runMigrate(ctx, args, stdout, stderr)
 	case "grant":
-		return runGrant(ctx, rest, stdout, stderr)
+		return runGrant(ctx, args, stdout, stderr)
 	case "version", "--version", "-version":
+		if len(args) > 0 {
+			return usagef("unexpected argument %q: version takes none", args[0])
+		}
 		fmt.Fprintln(stdout, versionLine())
 		return nil
 	case "help", "-h", "--help", "-help":
-		fmt.Fprint(stdout, usage)
+		// `fencegate help CMD` is `fencegate CMD --help`, as in git.
+		if len(args) == 1 && args[0] != "help" && slices.Contains(commands, args[0]) {
+			return dispatch(ctx, args[0], []string{"--help"}, stdout, stderr)
+		}
+		if len(args) > 0 && args[0] != "help" {
+			return unknownCommand(stderr, args[0])
+		}
+		fmt.Fprint(stdout, usageText)
 		return nil
 	default:
-		fmt.Fprintf(stderr, "fencegate: unknown command %q\n\n%s", cmd, usage)
-		return errUsage
+		return unknownCommand(stderr, cmd)
 	}
+}
+
+// unknownCommand prints that cmd is no command of fencegate's, and the one
+// it was likely meant to be, and returns errUsage.
+func unknownCommand(stderr io.Writer, cmd string) error {
+	hint := suggest.Hint(cmd, commands, "%q")
+	if strings.HasPrefix(cmd, "-") {
+		hint = ": flags go after the command, as in 'fencegate serve --help'"
+	}
+	fmt.Fprintf(stderr, "fencegate: unknown command %q%s\nRun 'fencegate --help' for usage.\n", cmd, hint)
+	return errUsage
 }

@@ -48,9 +48,9 @@ func TestServeErrors(t *testing.T) {
 		want string
 	}{
 		{"no backend", []string{"serve"}, nil, "no backend configured"},
-		{"unknown flag", []string{"serve", "--bogus"}, nil, "usage"},
+		{"unknown flag", []string{"serve", "--bogus"}, nil, "unknown flag --bogus"},
 		{"bad env", []string{"serve"}, map[string]string{"FENCEGATE_MAX_STATEMENTS": "many"}, "FENCEGATE_MAX_STATEMENTS"},
-		{"bad limit", []string{"serve", "--postgres-dsn=postgres://x", "--max-statements=0"}, nil, "max statements"},
+		{"bad limit", []string{"serve", "--postgres-dsn=postgres://x", "--max-statements=0"}, nil, "--max-statements=0: want at least 1"},
 		{"etcd unreachable", []string{"serve", "--postgres-dsn=postgres://x@127.0.0.1:1/x", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms"}, nil, "etcd at 127.0.0.1:1 is unreachable"},
 		{"env dsn used", []string{"serve", "--etcd-endpoints=127.0.0.1:1", "--etcd-dial-timeout=300ms"}, map[string]string{"FENCEGATE_POSTGRES_DSN": "postgres://x"}, "etcd at"},
 		{"unknown command", []string{"frobnicate"}, nil, "usage"},

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -36,7 +35,7 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 		return err
 	}
 	if dsn == "" {
-		return errors.New("migrate: --postgres-dsn (or FENCEGATE_POSTGRES_DSN) is required")
+		return usagef("--postgres-dsn (or FENCEGATE_POSTGRES_DSN) is required: an admin's connection string")
 	}
 	pg, err := postgres.Open(ctx, dsn, postgres.DefaultConfig())
 	if err != nil {

@@ -56,7 +56,7 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	log, err := newLogger(stderr, cfg.LogFormat, cfg.LogLevel)
 	if err != nil {
-		return err
+		return usage(err)
 	}
 	return serve(ctx, cfg, log, nil)
 }
@@ -98,7 +98,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		return err
 	}
 	if cfg.PostgresDSN == "" && cfg.RedisAddr == "" {
-		return errors.New("no backend configured: set --postgres-dsn or --redis-addr (or FENCEGATE_POSTGRES_DSN, FENCEGATE_REDIS_ADDR)")
+		return usagef("no backend configured: set --postgres-dsn or --redis-addr (or FENCEGATE_POSTGRES_DSN, FENCEGATE_REDIS_ADDR)")
 	}
 	for _, l := range []struct{ flag, addr, needs, backend, what string }{
 		{"--pg-listen-addr", cfg.PgListenAddr, "--postgres-dsn", cfg.PostgresDSN, "the database"},
@@ -107,7 +107,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		{"--redis-unix-socket", cfg.RedisUnixSocket, "--redis-addr", cfg.RedisAddr, "the Redis"},
 	} {
 		if l.addr != "" && l.backend == "" {
-			return fmt.Errorf("%s needs %s: %s its clients reach", l.flag, l.needs, l.what)
+			return usagef("%s needs %s: %s its clients reach", l.flag, l.needs, l.what)
 		}
 	}
 
@@ -135,7 +135,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	)
 	if cfg.routesTo(election.SourcePostgresTerm) {
 		if cfg.PostgresDSN == "" {
-			return errors.New("--term-sources routes fences to postgres-term, which needs --postgres-dsn: the database of the advisory locks and the term table")
+			return usagef("--term-sources routes fences to postgres-term, which needs --postgres-dsn: the database of the advisory locks and the term table")
 		}
 		cfg.Postgres.TermCheck = func(fence string) (postgres.TermCheck, bool) {
 			if router.KindOf(fence) == election.SourcePostgresTerm {
@@ -601,7 +601,7 @@ func dialEtcd(ctx context.Context, cfg serveConfig) (*clientv3.Client, error) {
 		return nil, err
 	}
 	if err := cfg.Deps.checkEtcdEndpoints(cfg.endpoints(), tlsCfg != nil, cfg.Insecure); err != nil {
-		return nil, err
+		return nil, usage(err)
 	}
 	cli, err := clientv3.New(clientv3.Config{
 		Endpoints:   cfg.endpoints(),
@@ -622,7 +622,12 @@ func dialEtcd(ctx context.Context, cfg serveConfig) (*clientv3.Client, error) {
 		if errors.Is(err, rpctypes.ErrPermissionDenied) {
 			return nil, cfg.Deps.etcdDenied(cfg.EtcdEndpoints, err)
 		}
-		return nil, fmt.Errorf("etcd at %s is unreachable: %w", cfg.EtcdEndpoints, explainEtcd(ctx, cfg.endpoints(), tlsCfg, cfg.EtcdDialTimeout, err))
+		err = explainEtcd(ctx, cfg.endpoints(), tlsCfg, cfg.EtcdDialTimeout, err)
+		if errors.Is(err, context.DeadlineExceeded) {
+			// clientv3's whole account of an endpoint that never answers.
+			return nil, fmt.Errorf("etcd at %s is unreachable: no answer within --etcd-dial-timeout %v (check --etcd-endpoints, or raise --etcd-dial-timeout)", cfg.EtcdEndpoints, cfg.EtcdDialTimeout)
+		}
+		return nil, fmt.Errorf("etcd at %s is unreachable: %w", cfg.EtcdEndpoints, err)
 	}
 	return cli, nil
 }

@@ -90,8 +90,8 @@ func (cfg *CampaignConfig) validate() error {
 //
 // If ctx is done before the candidate is elected, Campaign gives up: it
 // revokes the lease, which deletes the key, and returns ctx's error. It also
-// gives up, with an error matching ErrLeaseExpired or ErrLeaseUnproven, when
-// the lease is lost while waiting. Once Campaign has returned, ctx no longer
+// gives up, with an error matching ErrLeaseExpired, ErrLeaseUnproven or
+// ErrKeyDeleted, when the lease or the key is lost while waiting. Once Campaign has returned, ctx no longer
 // matters; the Leadership lasts until Resign or until the lease is lost.
 func Campaign(ctx context.Context, client *clientv3.Client, cfg CampaignConfig) (*Leadership, error) {
 	if client == nil {
@@ -144,9 +144,12 @@ func Campaign(ctx context.Context, client *clientv3.Client, cfg CampaignConfig) 
 
 	wctx, wcancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(l.ctx, wcancel)
-	err = waitDeletes(wctx, client, pfx, l.token-1)
+	err = waitDeletes(wctx, client, pfx, l.key, l.token)
 	stop()
 	wcancel()
+	if errors.Is(err, ErrKeyDeleted) {
+		l.lose(err) // before watchKey says so
+	}
 	if err == nil && l.ctx.Err() == nil {
 		return l, nil
 	}
@@ -162,19 +165,25 @@ func Campaign(ctx context.Context, client *clientv3.Client, cfg CampaignConfig) 
 	}
 }
 
-// waitDeletes waits until no key under pfx has a create revision at or
-// below maxCreateRev.
-func waitDeletes(ctx context.Context, client *clientv3.Client, pfx string, maxCreateRev int64) error {
-	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(maxCreateRev))
+// waitDeletes waits until no key under pfx was created before token, the
+// create revision of own, and fails with ErrKeyDeleted if own is gone by
+// then (its lease lost while it waited): read in the same revision, so
+// that Campaign never returns a leadership whose key no longer exists.
+func waitDeletes(ctx context.Context, client *clientv3.Client, pfx, own string, token int64) error {
+	opts := append(clientv3.WithLastCreate(), clientv3.WithMaxCreateRev(token-1))
 	for {
-		resp, err := client.Get(ctx, pfx, opts...)
+		resp, err := client.Txn(ctx).Then(clientv3.OpGet(pfx, opts...), clientv3.OpGet(own, clientv3.WithKeysOnly())).Commit()
 		if err != nil {
 			return err
 		}
-		if len(resp.Kvs) == 0 {
+		earlier, mine := resp.Responses[0].GetResponseRange().Kvs, resp.Responses[1].GetResponseRange().Kvs
+		if len(mine) == 0 || mine[0].CreateRevision != token {
+			return ErrKeyDeleted
+		}
+		if len(earlier) == 0 {
 			return nil
 		}
-		if err := waitDelete(ctx, client, string(resp.Kvs[0].Key), resp.Header.Revision); err != nil {
+		if err := waitDelete(ctx, client, string(earlier[0].Key), resp.Header.Revision); err != nil {
 			return err
 		}
 	}

@@ -361,3 +361,42 @@ func TestCampaignConfig(t *testing.T) {
 		t.Errorf("got defaults TTL %v margin %v prefix %q, want 10s 3.333s %q", cfg.TTL, cfg.SafetyMargin, cfg.Prefix, DefaultPrefix)
 	}
 }
+
+// TestCampaignKeyGoneWhileWaiting: a candidate's key deleted in the same
+// revision as the leader's (its lease lost while it waited, here both
+// deleted at once) must not be elected: waitDeletes would find no earlier
+// key and return, and Campaign handed out a leadership whose key was
+// gone, unless watchKey happened to see the deletion first.
+func TestCampaignKeyGoneWhileWaiting(t *testing.T) {
+	c := newClient(t)
+	prefix := testPrefix(t)
+	leader := newCandidate(t, c, prefix, "jobs")
+	leader.campaign(t, "theirs")
+	errc := make(chan error, 1)
+	go func() {
+		l, err := Campaign(t.Context(), c, CampaignConfig{Prefix: prefix, Election: "jobs"})
+		if err == nil {
+			err = errors.New("elected")
+			_ = l.Resign(context.WithoutCancel(t.Context()))
+		}
+		errc <- err
+	}()
+	var keys []string
+	waitFor(t, "our key", func() bool {
+		resp, err := c.Get(t.Context(), prefix+"/jobs/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys = keys[:0]
+		for _, kv := range resp.Kvs {
+			keys = append(keys, string(kv.Key))
+		}
+		return len(keys) == 2
+	})
+	if _, err := c.Txn(t.Context()).Then(clientv3.OpDelete(keys[0]), clientv3.OpDelete(keys[1])).Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, ErrKeyDeleted) {
+		t.Errorf("got %v, want ErrKeyDeleted: a candidate whose key is gone was elected", err)
+	}
+}

@@ -23,11 +23,12 @@ import (
 // UNAUTHENTICATED refusals are remembered too — makes fencegate hold up
 // to 4096 × 2 MiB (MaxRecvMsgSize is twice --max-body-bytes, 1 MiB by
 // default): 8 GiB, for as long as fewer than 4096 other refusals follow.
-// Here 48 requests of 1 MiB names; safe outcome: what fencegate still
+// Here 200 requests of 100 KiB names (the harness's gRPC limit is twice
+// its 64 KiB body limit, as serve's); safe outcome: what fencegate still
 // holds afterwards does not grow with the names' length.
 func TestRedTeam12RefusalLogRetainsHostileFenceNames(t *testing.T) {
 	r := startReplica(t, true)
-	const n, size = 48, 1 << 20
+	const n, size = 200, 100 << 10
 	ctx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(t.Context(), "fencing-token", "1"), 60*time.Second)
 	defer cancel()
 	send := func(i int) {

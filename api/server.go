@@ -78,6 +78,9 @@ func (s *Server) refuse(ctx context.Context, a policy.Action, fence string, prob
 
 // Exec implements rpc Gateway.Exec.
 func (s *Server) Exec(ctx context.Context, req *fencegatev1.ExecRequest) (*fencegatev1.ExecResponse, error) {
+	if r := unreadable(req, req.GetFence()); r != nil {
+		return nil, s.refuse(ctx, policy.ActionSQLWrite, req.GetFence(), r)
+	}
 	if r := s.tooBig(req, req.GetFence()); r != nil {
 		return nil, s.refuse(ctx, policy.ActionSQLWrite, req.GetFence(), r)
 	}
@@ -107,6 +110,9 @@ func (s *Server) Exec(ctx context.Context, req *fencegatev1.ExecRequest) (*fence
 
 // Redis implements rpc Gateway.Redis.
 func (s *Server) Redis(ctx context.Context, req *fencegatev1.RedisRequest) (*fencegatev1.RedisResponse, error) {
+	if r := unreadable(req, req.GetFence()); r != nil {
+		return nil, s.refuse(ctx, policy.ActionRedisWrite, req.GetFence(), r)
+	}
 	if r := s.tooBig(req, req.GetFence()); r != nil {
 		return nil, s.refuse(ctx, policy.ActionRedisWrite, req.GetFence(), r)
 	}
@@ -164,6 +170,9 @@ func redisArg(v *structpb.Value) (string, string) {
 
 // GetFence implements rpc Gateway.GetFence.
 func (s *Server) GetFence(ctx context.Context, req *fencegatev1.GetFenceRequest) (*fencegatev1.Fence, error) {
+	if r := unreadable(req, req.GetFence()); r != nil {
+		return nil, statusError(r) // as HTTP refuses an unreadable read (refuseWrite)
+	}
 	f, err := s.gw.Fence(ctx, req.GetFence())
 	if err != nil {
 		return nil, statusError(err)
@@ -172,7 +181,10 @@ func (s *Server) GetFence(ctx context.Context, req *fencegatev1.GetFenceRequest)
 }
 
 // ListFences implements rpc Gateway.ListFences.
-func (s *Server) ListFences(ctx context.Context, _ *fencegatev1.ListFencesRequest) (*fencegatev1.ListFencesResponse, error) {
+func (s *Server) ListFences(ctx context.Context, req *fencegatev1.ListFencesRequest) (*fencegatev1.ListFencesResponse, error) {
+	if r := unreadable(req, ""); r != nil {
+		return nil, statusError(r)
+	}
 	fs, err := s.gw.Fences(ctx)
 	if err != nil {
 		return nil, statusError(err)
@@ -298,9 +310,13 @@ func statementResult(r *postgres.Result) (*fencegatev1.StatementResult, error) {
 // one), metadata of at most 64 KiB (as the HTTP port bounds headers;
 // grpc-go's own default is 16 MiB), and at most 1024 concurrent streams
 // per connection. A fixed set of goroutines with grown stacks serves the
-// streams, instead of a new goroutine (and stack growth) per request.
+// streams, instead of a new goroutine (and stack growth) per request. A
+// request message that does not parse is refused INVALID_REQUEST by the
+// Server, a write through the pipeline, instead of grpc-go's INTERNAL
+// (requestCodec); a server built without these options answers INTERNAL.
 func ServerOptions(maxBody int) []grpc.ServerOption {
 	return []grpc.ServerOption{
+		grpc.ForceServerCodecV2(newRequestCodec()),
 		grpc.MaxRecvMsgSize(2 * maxBody),
 		grpc.MaxHeaderListSize(maxMetadataBytes),
 		grpc.MaxConcurrentStreams(maxStreams),
@@ -373,6 +389,9 @@ func ProtocolOf(ctx context.Context) string {
 
 // ResetFence implements rpc Gateway.ResetFence.
 func (s *Server) ResetFence(ctx context.Context, req *fencegatev1.ResetFenceRequest) (*fencegatev1.ResetFenceResponse, error) {
+	if r := unreadable(req, req.GetFence()); r != nil {
+		return nil, statusError(r) // never reset from a partial message
+	}
 	res, err := s.gw.ResetFence(ctx, req.GetFence(), tokens.Token(req.GetHighWater()))
 	if err != nil {
 		return nil, statusError(err)

@@ -234,7 +234,7 @@ func startReplicaWith(tb testing.TB, rc replicaConfig) *replica {
 	}
 	srv := api.NewServer(gw, 64<<10)
 
-	gs := grpc.NewServer(api.ServerOptions(64<<10)...)
+	gs := grpc.NewServer(api.ServerOptions(64 << 10)...)
 	srv.Register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"strconv"
 
 	"github.com/fencegate/fencegate/api/internal/listen"
@@ -52,6 +53,9 @@ func (c *session) clientLoop() error {
 				c.tellFatal(c.refusalOf(tl.Error()))
 				listen.Linger(c.client, c.cr.r, int64(tl.n), listen.LingerTime)
 			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return c.leave()
+			}
 			return err
 		}
 		if err := c.room(); err != nil {
@@ -77,7 +81,7 @@ func (c *session) clientLoop() error {
 		}
 		switch t {
 		case 'X':
-			return nil
+			return c.leave()
 		case 'Q':
 			err = c.query(body, raw)
 		case 'P', 'B', 'E', 'D', 'C', 'H', 'S':
@@ -99,6 +103,34 @@ func (c *session) clientLoop() error {
 		}
 	}
 }
+
+// errClientLeft ends C2S when the client has left (Terminate, or the end
+// of its connection): run lets the server end the session (leave).
+var errClientLeft = errors.New("pgwire: the client left")
+
+// leave is the client leaving: what it sent before (a COMMIT, a COPY's
+// data) goes to the server, then a Terminate (the client's, or in place
+// of the end of its connection), so that the server runs it and ends the
+// session, as it would with the client's own connection. fencegate stops
+// writing the client, and S2C reads the server to the end: closing with
+// its answers unread could reset the connection and lose what the server
+// had yet to read.
+func (c *session) leave() error {
+	c.clientGone.Store(true)
+	if _, err := c.sw.Write(terminateMsg); err != nil {
+		return err
+	}
+	if err := c.sw.Flush(); err != nil {
+		return err
+	}
+	if cw, ok := c.server.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	return errClientLeft
+}
+
+// terminateMsg is a Terminate.
+var terminateMsg = []byte{'X', 0, 0, 0, 4}
 
 // copyGate keeps fencegate's view of the session in step with the
 // server's across COPY FROM STDIN. In copy-in the server reads every

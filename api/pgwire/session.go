@@ -8,6 +8,7 @@ import (
 	"maps"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -97,6 +98,8 @@ type session struct {
 	// shutdown says the session ends because the server shuts down, with
 	// no transaction open; close tells the client, as PostgreSQL does.
 	shutdown atomic.Bool
+	// clientGone: the client left (leave); nothing more is written to it.
+	clientGone atomic.Bool
 	// certUntil is when the client certificate the session logged in
 	// with expires (certExpired); zero without one.
 	certUntil time.Time
@@ -436,12 +439,30 @@ func (c *session) run() {
 	errc := make(chan error, 1)
 	go func() { errc <- c.serverLoop(); c.close() }()
 	err := c.clientLoop()
+	left := errors.Is(err, errClientLeft)
+	if left {
+		// The server ends the session once it has run what the client
+		// sent before it left; a statement still running after
+		// leaveGrace is ended as any of a client gone (done).
+		t := time.NewTimer(leaveGrace)
+		select {
+		case err = <-errc:
+			t.Stop()
+			c.done(err)
+			return
+		case <-t.C:
+		}
+	}
 	c.close()
-	if e := <-errc; err == nil {
+	if e := <-errc; err == nil || left {
 		err = e
 	}
 	c.done(err)
 }
+
+// leaveGrace is how long a session whose client left may run what the
+// client sent before it left (leave): a COMMIT, the end of a COPY.
+const leaveGrace = 2 * time.Second
 
 // done calls Done for every admission still open, and ends the
 // session's binding to its fence, once; after close.
@@ -606,6 +627,9 @@ func (c *session) front() *reply {
 // in its place, to the client, then the rest of a streamed message as it
 // arrives, flushing unless more server messages are already read.
 func (c *session) toClient(b []byte) error {
+	if c.clientGone.Load() {
+		return nil // a streamed rest is skipped by next
+	}
 	c.cwMu.Lock()
 	defer c.cwMu.Unlock()
 	if _, err := c.cw.Write(b); err != nil {
@@ -656,7 +680,7 @@ func (c *session) serverLoop() error {
 		}
 		out, err := c.reply(t, body, raw)
 		if err != nil {
-			c.tellClient(pgError{Severity: "FATAL", Code: "08P01", Message: "fencegate: " + err.Error()[len("pgwire: "):]})
+			c.tellClient(pgError{Severity: "FATAL", Code: "08P01", Message: "fencegate: " + strings.TrimPrefix(err.Error(), "pgwire: ")})
 			return err
 		}
 		if t == 'Z' {

@@ -113,7 +113,7 @@ func (a *Authenticator) certCaller(state *tls.ConnectionState, peer net.Addr) *p
 	// The handshake checked the chain's validity once; a connection kept
 	// open (gRPC's for days, HTTP keep-alive) outlives it. Checked against
 	// time.Now, as a new handshake is (WithClock is the reload's clock).
-	if why := chainInvalid(state.VerifiedChains[0], time.Now()); why != "" {
+	if why := chainsInvalid(state.VerifiedChains, time.Now()); why != "" {
 		return &policy.Caller{Peer: peer, AuthError: why}
 	}
 	p := a.names.of(state.VerifiedChains[0][0])

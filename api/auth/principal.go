@@ -21,17 +21,42 @@ func PrincipalOf(cert *x509.Certificate) string {
 	return ""
 }
 
-// ChainNotAfter is when a verified chain (the leaf first) stops proving
-// who its leaf names: the earliest NotAfter of its certificates. A
-// listener that fixes a caller's identity at login ends the session then.
-func ChainNotAfter(chain []*x509.Certificate) time.Time {
-	var t time.Time
-	for _, c := range chain {
-		if t.IsZero() || c.NotAfter.Before(t) {
-			t = c.NotAfter
+// ChainNotAfter is when a handshake's verified chains (each the leaf
+// first) stop proving who their leaf names: the latest, over the chains,
+// of each one's earliest NotAfter. A listener that fixes a caller's
+// identity at login ends the session then.
+func ChainNotAfter(chains [][]*x509.Certificate) time.Time {
+	var last time.Time
+	for _, chain := range chains {
+		var t time.Time
+		for _, c := range chain {
+			if t.IsZero() || c.NotAfter.Before(t) {
+				t = c.NotAfter
+			}
+		}
+		if t.After(last) {
+			last = t
 		}
 	}
-	return t
+	return last
+}
+
+// chainsInvalid says why none of chains, verified in a handshake, is
+// valid at now (as crypto/x509 decides it: a certificate may be verified
+// through several, an old and a renewed issuer), or "": the first one's
+// reason.
+func chainsInvalid(chains [][]*x509.Certificate, now time.Time) string {
+	first := ""
+	for _, chain := range chains {
+		why := chainInvalid(chain, now)
+		if why == "" {
+			return ""
+		}
+		if first == "" {
+			first = why
+		}
+	}
+	return first
 }
 
 // chainInvalid says why chain, verified in a handshake, is not valid at

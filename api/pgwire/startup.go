@@ -305,7 +305,7 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 		if p := auth.PrincipalOf(tlsState.VerifiedChains[0][0]); p != "" {
 			principal = p
 		}
-		sess.certUntil = auth.ChainNotAfter(tlsState.VerifiedChains[0])
+		sess.certUntil = auth.ChainNotAfter(tlsState.VerifiedChains)
 	}
 	sess.ctx = proxy.WithProtocol(policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()}), proxy.ProtocolPgwire)
 	return sess, nil

@@ -181,7 +181,7 @@ func (s *Server) handle(c net.Conn) {
 		}
 		if st := tc.ConnectionState(); len(st.VerifiedChains) > 0 && len(st.VerifiedChains[0]) > 0 {
 			caller.Principal = auth.PrincipalOf(st.VerifiedChains[0][0])
-			certUntil = auth.ChainNotAfter(st.VerifiedChains[0])
+			certUntil = auth.ChainNotAfter(st.VerifiedChains)
 		}
 		conn = tc
 	}

@@ -91,8 +91,9 @@ func (cfg *CampaignConfig) validate() error {
 // If ctx is done before the candidate is elected, Campaign gives up: it
 // revokes the lease, which deletes the key, and returns ctx's error. It also
 // gives up, with an error matching ErrLeaseExpired, ErrLeaseUnproven or
-// ErrKeyDeleted, when the lease or the key is lost while waiting. Once Campaign has returned, ctx no longer
-// matters; the Leadership lasts until Resign or until the lease is lost.
+// ErrKeyDeleted, when the lease or the key is lost while waiting. Once
+// Campaign has returned, ctx no longer matters; the Leadership lasts until
+// Resign or until the lease is lost.
 func Campaign(ctx context.Context, client *clientv3.Client, cfg CampaignConfig) (*Leadership, error) {
 	if client == nil {
 		return nil, errors.New("election: nil etcd client")

@@ -105,7 +105,8 @@ func newCommand(g *globalConfig, name, args, summary string) *command {
 
 // parse parses args (globals included), fills every flag not given on the
 // command line from FENCECTL_<FLAG> (upper case, '-' as '_'), checks the
-// globals (unless !checkGlobals) and returns the positional arguments.
+// globals (unless !checkGlobals: then a FENCECTL_<FLAG> that does not
+// parse is ignored too) and returns the positional arguments.
 // --help prints the usage to stdout. A flag given both before the command
 // and after it takes the later value. A mistake is a usage error: one
 // line on stderr, and errUsage.
@@ -166,7 +167,8 @@ func (c *command) parse(args []string, stdout, stderr io.Writer) ([]string, erro
 		}
 		env := "FENCECTL_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
 		if v, ok := os.LookupEnv(env); ok {
-			if e := fs.Set(f.Name, v); e != nil {
+			// Without checkGlobals (version) a bad setting is ignored.
+			if e := fs.Set(f.Name, v); e != nil && c.checkGlobals {
 				err = fmt.Errorf("%s=%q (--%s): %s", env, v, f.Name, flagerr.Reason(f, e.Error()))
 			}
 		}

@@ -373,13 +373,15 @@ func (c *serveConfig) checkRanges() error {
 		{c.HTTPServer.WriteTimeout > 0, "--http-write-timeout", c.HTTPServer.WriteTimeout, "a positive duration"},
 		{c.HTTPServer.IdleTimeout > 0, "--http-idle-timeout", c.HTTPServer.IdleTimeout, "a positive duration"},
 		{c.HTTPServer.MaxHeaderBytes >= 4096, "--http-max-header-bytes", c.HTTPServer.MaxHeaderBytes, "at least 4096"},
-		{c.Postgres.StatementTimeout >= ms, "--statement-timeout", c.Postgres.StatementTimeout, "at least 1ms"},
-		{c.Postgres.WriteTimeout >= ms, "--write-timeout", c.Postgres.WriteTimeout, "at least 1ms"},
-		{c.Postgres.MaxResultRows >= 1, "--max-result-rows", c.Postgres.MaxResultRows, "at least 1"},
-		{c.Postgres.MaxResultBytes >= 1, "--max-result-bytes", c.Postgres.MaxResultBytes, "at least 1"},
-		{c.Redis.PoolSize >= 1, "--redis-pool-size", c.Redis.PoolSize, "at least 1"},
-		{c.Redis.MaxValueBytes >= 1 && c.Redis.MaxValueBytes <= maxRedisValueBytes, "--redis-max-value-bytes", c.Redis.MaxValueBytes, fmt.Sprintf("1 to %d", maxRedisValueBytes)},
-		{c.Redis.MaxReplyBytes >= c.Redis.MaxValueBytes && c.Redis.MaxReplyBytes <= maxRedisReplyBytes, "--redis-max-reply-bytes", c.Redis.MaxReplyBytes, fmt.Sprintf("from --redis-max-value-bytes (%d) to %d", c.Redis.MaxValueBytes, maxRedisReplyBytes)},
+		// 0 is the default for these (for --write-timeout,
+		// --statement-timeout's), as it was before they were checked here.
+		{c.Postgres.StatementTimeout == 0 || c.Postgres.StatementTimeout >= ms, "--statement-timeout", c.Postgres.StatementTimeout, "at least 1ms, or 0 for the default"},
+		{c.Postgres.WriteTimeout == 0 || c.Postgres.WriteTimeout >= ms, "--write-timeout", c.Postgres.WriteTimeout, "at least 1ms, or 0 for --statement-timeout's"},
+		{c.Postgres.MaxResultRows >= 0, "--max-result-rows", c.Postgres.MaxResultRows, "at least 1, or 0 for the default"},
+		{c.Postgres.MaxResultBytes >= 0, "--max-result-bytes", c.Postgres.MaxResultBytes, "at least 1, or 0 for the default"},
+		{c.Redis.PoolSize >= 0, "--redis-pool-size", c.Redis.PoolSize, "at least 1, or 0 for the default"},
+		{c.Redis.MaxValueBytes >= 0 && c.Redis.MaxValueBytes <= maxRedisValueBytes, "--redis-max-value-bytes", c.Redis.MaxValueBytes, fmt.Sprintf("1 to %d, or 0 for the default", maxRedisValueBytes)},
+		{c.Redis.MaxReplyBytes == 0 || c.Redis.MaxReplyBytes >= c.Redis.MaxValueBytes && c.Redis.MaxReplyBytes <= maxRedisReplyBytes, "--redis-max-reply-bytes", c.Redis.MaxReplyBytes, fmt.Sprintf("from --redis-max-value-bytes (%d) to %d, or 0 for the default", c.Redis.MaxValueBytes, maxRedisReplyBytes)},
 	} {
 		if !r.ok {
 			return fmt.Errorf("%s=%v: want %s", r.flag, r.got, r.want)

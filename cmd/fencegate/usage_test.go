@@ -36,7 +36,7 @@ func TestUsageErrors(t *testing.T) {
 		{"bad env", []string{"serve"}, map[string]string{"FENCEGATE_MAX_STATEMENTS": "many"}, 2, "fencegate serve: FENCEGATE_MAX_STATEMENTS=\"many\" (--max-statements): want an integer\nRun 'fencegate serve --help' for usage.\n"},
 		{"no backend", []string{"serve"}, nil, 2, "fencegate serve: no backend configured: set --postgres-dsn or --redis-addr (or FENCEGATE_POSTGRES_DSN, FENCEGATE_REDIS_ADDR)\nRun 'fencegate serve --help' for usage.\n"},
 		{"out of range", []string{"serve", pg, "--max-statements=0"}, nil, 2, "fencegate serve: --max-statements=0: want at least 1\nRun 'fencegate serve --help' for usage.\n"},
-		{"out of range, checked by the backend late", []string{"serve", pg, "--max-result-rows=0"}, nil, 2, "fencegate serve: --max-result-rows=0: want at least 1\nRun 'fencegate serve --help' for usage.\n"},
+		{"out of range, once checked by the backend late", []string{"serve", pg, "--max-result-rows=-1"}, nil, 2, "fencegate serve: --max-result-rows=-1: want at least 1, or 0 for the default\nRun 'fencegate serve --help' for usage.\n"},
 		{"zero dial timeout", []string{"serve", pg, "--etcd-dial-timeout=0s"}, nil, 2, "fencegate serve: --etcd-dial-timeout=0s: want a positive duration\nRun 'fencegate serve --help' for usage.\n"},
 		{"negative shutdown timeout", []string{"serve", pg, "--shutdown-timeout=-1s"}, nil, 2, "fencegate serve: --shutdown-timeout=-1s: want a duration from 0\nRun 'fencegate serve --help' for usage.\n"},
 		{"bad log level", []string{"serve", pg, "--log-level=loud"}, nil, 2, "fencegate serve: --log-level \"loud\": want debug, info, warn or error\nRun 'fencegate serve --help' for usage.\n"},

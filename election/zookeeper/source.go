@@ -88,7 +88,7 @@ type Source struct {
 	// numbering and the request together. pubSeq holds, for each
 	// election, the number of the last read published.
 	reads  atomic.Uint64
-	readMu [64]sync.Mutex
+	readMu [1024]sync.Mutex
 	seed   maphash.Seed
 	pubSeq map[string]uint64 // guarded by mu; made by publish
 	// reread is closed, and replaced, when a connection is established:
@@ -362,7 +362,10 @@ func (s *Source) read(path string, watch bool) (state, <-chan zk.Event, error) {
 			err      error
 		)
 		// The client queues a request inside the blocking call: hold
-		// the number and the request together until it answers.
+		// the number and the request together until it answers. Reads of
+		// one election wait for each other's first round trip (Verify's
+		// are few: proxy's --verify-rate bounds them per fence); of two
+		// elections, only when they share one of 1024 locks.
 		mu.Lock()
 		seq := s.reads.Add(1)
 		if watch {

@@ -592,6 +592,9 @@ func (g *Gateway) refusal(o tokens.Outcome, fence string, t, hw tokens.Token, te
 		r = tokens.Refuse(tokens.ReasonTermEnded, fence, t, "term %d of election %q is over and no leader holds it", t, fence)
 	default:
 		r = tokens.Refuse(tokens.ReasonUnknownTerm, fence, t, "no leader of election %q ever held term %d", fence, t)
+		if term.Rev == 0 && term.Last == 0 && hw == 0 {
+			r.Msg += " (it has had no leader at all: is the fence name right?)"
+		}
 	}
 	r.HighWater = hw
 	r.Term = tokens.Token(term.Rev)

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -52,6 +54,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 
 	log.Info("starting embedded etcd", "url", etcdURL)
 	etcd, err := embedded.Start(ctx, embedded.Config{Dir: filepath.Join(dir, "etcd"), ClientURL: etcdURL})
+	if errors.Is(err, embedded.ErrPortInUse) {
+		return fmt.Errorf("%w (another fencegate dev, or an etcd? move it with --etcd-listen)", err)
+	}
 	if err != nil {
 		return err
 	}

@@ -139,12 +139,12 @@ func (c *Checker) widen(m protoreflect.Message, pos int) *Refusal {
 	if rule.allow == "" || !c.allow[rule.allow] {
 		why := rule.why
 		if rule.allow != "" {
-			why += ` (Config.Allow "` + rule.allow + `" permits it)`
+			why += ` (fencegate serve --postgres-allow-sql=` + rule.allow + ` permits it)`
 		}
 		return &Refusal{What: name, Pos: pos, Why: why}
 	}
 	if !ddlCovers(m) {
-		return &Refusal{What: name, Pos: pos, Why: `Config.Allow "ddl" covers tables, indexes, views and sequences only`}
+		return &Refusal{What: name, Pos: pos, Why: `--postgres-allow-sql=ddl covers tables, indexes, views and sequences only`}
 	}
 	return nil
 }

@@ -126,11 +126,15 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	// One snapshot of the granted exclusive advisory locks of this
 	// database, then each row's term and whether its lock is among them.
-	// A shared lock (mode ShareLock) confers no leadership.
+	// A shared lock (mode ShareLock) confers no leadership, nor does one
+	// fencegate's own connections hold (a fenced write of another fence
+	// may take the key's lock for its transaction): as advance_term.
 	locks := `WITH l AS MATERIALIZED (
   SELECT l.classid, l.objid FROM pg_catalog.pg_locks AS l
    WHERE l.locktype = 'advisory' AND l.granted AND l.mode = 'ExclusiveLock' AND l.objsubid = 1
-     AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database()))
+     AND l.database = (SELECT d.oid FROM pg_catalog.pg_database AS d WHERE d.datname = pg_catalog.current_database())
+     AND NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity AS a JOIN pg_catalog.pg_roles AS r ON r.oid = a.usesysid
+                      WHERE a.pid = l.pid AND NOT r.rolsuper AND pg_catalog.pg_has_role(r.oid, 'fencegate_runtime', 'MEMBER')))
 `
 	held := "EXISTS (SELECT FROM l WHERE l.classid = ((" + key + " >> 32) & 4294967295)::oid AND l.objid = (" + key + " & 4294967295)::oid)"
 	s.verifySQL = locks + "SELECT t.term, " + held + " FROM " + s.table + " AS t WHERE t.name = $1"

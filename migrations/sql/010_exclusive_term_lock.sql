@@ -12,7 +12,12 @@
 --
 -- From here only a granted advisory lock in mode ExclusiveLock
 -- (pg_advisory_lock, pg_try_advisory_lock and their xact forms) keeps a
--- term current; ShareLock does not. advance_term is otherwise as in
+-- term current; ShareLock does not. Nor does a lock held by a session of
+-- a (non-superuser) member of fencegate_runtime, fencegate's own: a
+-- fenced write of another fence may take the key's lock for its
+-- transaction (pg_advisory_xact_lock is allowed in caller SQL), and it
+-- made an ended term current while it ran
+-- (TestRedTeam16XactAdvisoryLockRevivesEndedTerm). advance_term is otherwise as in
 -- version 8.
 
 CREATE OR REPLACE FUNCTION fencegate.advance_term(fence_name text, fence_token bigint, term_table text, lock_key text)
@@ -96,7 +101,14 @@ BEGIN
                                                    WHERE d.datname OPERATOR(pg_catalog.=) pg_catalog.current_database())
            AND l.classid OPERATOR(pg_catalog.=) ((k OPERATOR(pg_catalog.>>) 32) OPERATOR(pg_catalog.&) 4294967295)::oid
            AND l.objid OPERATOR(pg_catalog.=) (k OPERATOR(pg_catalog.&) 4294967295)::oid
-           AND l.objsubid OPERATOR(pg_catalog.=) 1) INTO held;
+           AND l.objsubid OPERATOR(pg_catalog.=) 1
+           -- nor one fencegate's own connections hold: a write of another
+           -- fence may take the key's lock for its transaction
+           -- (pg_advisory_xact_lock); it leads nothing.
+           AND NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity AS a
+                             JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.usesysid
+                            WHERE a.pid OPERATOR(pg_catalog.=) l.pid AND NOT r.rolsuper
+                              AND pg_catalog.pg_has_role(r.oid, 'fencegate_runtime', 'MEMBER'))) INTO held;
     IF NOT held THEN
         RAISE EXCEPTION USING
             ERRCODE = 'FG002',

@@ -23,3 +23,7 @@ func (s *Server) SetTestPrepareCheckOnce() { s.testPrepareOnce.Store(true) }
 // SetTestHookAnswering sets a function S2C calls after it took a
 // ReadyForQuery off the queue, before it writes it to the client.
 func (s *Server) SetTestHookAnswering(f func()) { s.testHookAnswering = f }
+
+// SetTestHookReply sets a function S2C calls, with the queue's lock held,
+// as it matches each server message with the queue.
+func (s *Server) SetTestHookReply(f func(t byte)) { s.testHookReply = f }

@@ -130,6 +130,9 @@ type Server struct {
 	// testHookAnswering, if set, runs in S2C between taking a
 	// ReadyForQuery off the queue and writing it to the client.
 	testHookAnswering func()
+	// testHookReply, if set, runs in S2C with qmu held as it matches a
+	// server message of type t with the queue.
+	testHookReply func(t byte)
 	// testPrepareOnce, if set, prepares each session's check for its
 	// first transaction only, as fencegate did before it prepared it for
 	// each (tests: what a replaced check lets through).

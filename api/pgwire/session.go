@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"maps"
 	"net"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -437,8 +439,8 @@ func (c *session) run() {
 	// arrives, never held whole.
 	c.cr.streams, c.sr.streams = "dB", "Dd"
 	errc := make(chan error, 1)
-	go func() { errc <- c.serverLoop(); c.close() }()
-	err := c.clientLoop()
+	go func() { errc <- c.contain(c.serverLoop); c.close() }()
+	err := c.contain(c.clientLoop)
 	left := errors.Is(err, errClientLeft)
 	if left {
 		// The server ends the session once it has run what the client
@@ -458,6 +460,27 @@ func (c *session) run() {
 		err = e
 	}
 	c.done(err)
+}
+
+// contain runs loop, C2S or S2C, and turns a panic in it (a bug) into
+// the end of this session alone, logged with its stack: the server
+// connection closes, so an open transaction rolls back, and the client is
+// told why; the process and every other session go on, as net/http keeps
+// serving after a handler panics.
+func (c *session) contain(loop func() error) (err error) {
+	defer func() {
+		v := recover()
+		if v == nil {
+			return
+		}
+		c.s.log.Error("pgwire: internal error; the session is closed", "panic", v, "fence", c.fence, "user", c.user,
+			"peer", c.client.RemoteAddr().String(), "stack", string(debug.Stack()))
+		c.killed.CompareAndSwap(nil, tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, 0,
+			"internal error in fencegate's PostgreSQL listener; the connection is closed and its open transaction rolled back"))
+		c.close()
+		err = fmt.Errorf("pgwire: panic: %v", v)
+	}()
+	return loop()
 }
 
 // leaveGrace is how long a session whose client left may run what the
@@ -726,8 +749,20 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 	out := raw
 
 	c.qmu.Lock()
+	// A panic below (a bug) must not leave qmu held: the session is then
+	// closed (contain), which takes it.
+	locked := true
+	defer func() {
+		if locked {
+			c.qmu.Unlock()
+		}
+	}()
+	if h := c.s.testHookReply; h != nil {
+		h(t)
+	}
 	g := c.front()
 	if g == nil {
+		locked = false
 		c.qmu.Unlock()
 		return raw, nil // e.g. a FATAL error as the server shuts down
 	}
@@ -740,6 +775,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		// Copy-in fencegate did not foresee (or copy-both): it cannot
 		// tell which of the client's messages the server reads as COPY
 		// data. Not expected; the session ends.
+		locked = false
 		c.qmu.Unlock()
 		return nil, errUnforeseenCopy
 	case c.copyIn && (t == 'C' || t == 'E'):
@@ -881,6 +917,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		unended = c.open.Swap(passed) // nil: a check starts each transaction once
 	}
 	notRun, c.notRun = c.notRun, nil
+	locked = false
 	c.qmu.Unlock()
 
 	if refused != nil {

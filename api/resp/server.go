@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -107,6 +108,10 @@ type Server struct {
 	ctx    context.Context // cancelled by Close: aborts writes in flight
 	cancel context.CancelFunc
 	conns  listen.Group[*session]
+
+	// testHookCommand, if set, runs as a session is about to run a
+	// command it read.
+	testHookCommand func(args []string)
 }
 
 // New returns a Server running every data command through gw.
@@ -198,6 +203,14 @@ func (s *Server) handle(c net.Conn) {
 		return
 	}
 	defer s.conns.Track(sess, false)
+	// A panic (a bug) ends this connection alone, as net/http keeps
+	// serving after a handler panics: the client's command in flight has
+	// an unknown outcome, as with any connection closed under it.
+	defer func() {
+		if v := recover(); v != nil {
+			s.log.Error("resp: internal error; the connection is closed", "panic", v, "peer", c.RemoteAddr().String(), "stack", string(debug.Stack()))
+		}
+	}()
 	if err := sess.serve(); err != nil {
 		s.log.Debug("resp: connection closed", "peer", c.RemoteAddr().String(), "err", err)
 	}

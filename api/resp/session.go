@@ -108,6 +108,9 @@ func (s *session) serve() error {
 		if s.certExpired() {
 			return errCertExpired
 		}
+		if h := s.srv.testHookCommand; h != nil {
+			h(args)
+		}
 		k := kindOf(args[0])
 		if k != kindData || s.multi || !s.authed {
 			s.armWrite()

@@ -61,6 +61,11 @@ func atByte(pos int) string {
 	return " at byte " + strconv.Itoa(pos)
 }
 
+// elementWeight is what the result guard adds to a row's text for each
+// '{', '[' and ',' of its json and array values (one or two per element):
+// about what fencegate's decoded value of an element costs, over its text.
+const elementWeight = "32"
+
 // sendText returns the text fencegate prepares for a caller's statement:
 // the statement itself, or, when it returns rows, the statement wrapped in
 // the result guard. The guard counts the rows and their bytes inside the
@@ -88,6 +93,18 @@ func (b *Backend) sendText(sql string) string {
 		// pg_column_size weighs a compressed value as stored (16 MiB of
 		// repeated text weighed 192 kB). fencegate_head.*, not the bare
 		// name, which a column the statement names so would be read as.
-		"(SELECT sum(pg_catalog.octet_length((fencegate_head.*)::pg_catalog.text)) FROM fencegate_head), " +
+		// Each element inside a json or array value weighs elementWeight
+		// more: fencegate decodes it into values of its own, about a
+		// hundred bytes each where its text may be two ("{},"), and a
+		// 4 MiB json of empty objects took 778 MB. Counted as the '{', '['
+		// and ',' of the row as jsonb with its strings taken out (the
+		// row's own '{' and the commas between its columns too), for a
+		// row whose text has a '{' or '[' only: a row of scalars pays a
+		// strpos. (OPERATOR() forms share one precedence: parenthesised.)
+		"(SELECT pg_catalog.sum(pg_catalog.octet_length(fencegate_t.t) OPERATOR(pg_catalog.+) CASE WHEN " +
+		"pg_catalog.strpos(fencegate_t.t, '{') OPERATOR(pg_catalog.>) 0 OR pg_catalog.strpos(fencegate_t.t, '[') OPERATOR(pg_catalog.>) 0 THEN " +
+		elementWeight + " OPERATOR(pg_catalog.*) pg_catalog.octet_length(pg_catalog.regexp_replace(pg_catalog.regexp_replace(" +
+		`pg_catalog.to_jsonb(fencegate_head.*)::pg_catalog.text, '"(?:[^"\\]|\\.)*"', '', 'g'), '[^{[,]+', '', 'g')) ELSE 0 END)::pg_catalog.int8 ` +
+		"FROM fencegate_head, LATERAL (SELECT (fencegate_head.*)::pg_catalog.text AS t) AS fencegate_t), " +
 		strconv.FormatInt(b.cfg.MaxResultRows, 10) + ", " + strconv.FormatInt(b.cfg.MaxResultBytes, 10) + "))"
 }

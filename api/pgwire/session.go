@@ -242,13 +242,7 @@ func (g *gate) Write(p []byte) (int, error) {
 // the transaction. The decision is taken on the caller's goroutine, the
 // closing on one of its own.
 func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) {
-	c.qmu.Lock()
-	end := c.open.Load() == a && !c.dead
-	busy := c.qlen > 0
-	if end {
-		if !busy {
-			c.toServer.shut.Store(true)
-		}
+	end, busy := c.end(func() bool { return c.open.Load() == a }, func(busy bool) *tokens.RefusalError {
 		r := *why
 		if busy {
 			r.Msg += "; its open transaction is ended and the connection closed (a COMMIT already sent may have committed)"
@@ -260,12 +254,29 @@ func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) {
 		} else {
 			r.Msg += "; its open transaction is rolled back and the connection closed"
 		}
-		end = c.killed.CompareAndSwap(nil, &r)
-	}
-	c.qmu.Unlock()
+		return &r
+	})
 	if end {
 		go c.closeEnded(a, why, busy)
 	}
+}
+
+// end decides, once, that the session ends with the refusal refusal(busy)
+// (killed, which close tells the client), when ok holds of it: under qmu,
+// so that a session with nothing in flight (not busy) has its gate to the
+// server shut in the same step, and no message of the client's reaches
+// the server after the decision. ended says this call decided it.
+func (c *session) end(ok func() bool, refusal func(busy bool) *tokens.RefusalError) (ended, busy bool) {
+	c.qmu.Lock()
+	defer c.qmu.Unlock()
+	busy = c.qlen > 0
+	if c.dead || !ok() {
+		return false, busy
+	}
+	if !busy {
+		c.toServer.shut.Store(true)
+	}
+	return c.killed.CompareAndSwap(nil, refusal(busy)), busy
 }
 
 // closeEnded is endTransaction's I/O, on a goroutine of its own: the
@@ -295,18 +306,14 @@ func (c *session) closeEnded(a *proxy.Admission, why *tokens.RefusalError, busy 
 // rolled back, and a session waiting for its client is shut in the same
 // step, as endTransaction shuts one.
 func (c *session) certExpired() {
-	r := tokens.Refuse(tokens.ReasonUnauthenticated, c.fence, 0, "client certificate expired at %s; the connection is closed",
-		c.certUntil.UTC().Format(time.RFC3339))
-	c.qmu.Lock()
-	busy := c.qlen > 0
-	if busy {
-		r.Msg += " (a COMMIT already sent may have committed)"
-	}
-	end := !c.dead && c.killed.CompareAndSwap(nil, r)
-	if end && !busy {
-		c.toServer.shut.Store(true)
-	}
-	c.qmu.Unlock()
+	end, _ := c.end(func() bool { return true }, func(busy bool) *tokens.RefusalError {
+		r := tokens.Refuse(tokens.ReasonUnauthenticated, c.fence, 0, "client certificate expired at %s; the connection is closed",
+			c.certUntil.UTC().Format(time.RFC3339))
+		if busy {
+			r.Msg += " (a COMMIT already sent may have committed)"
+		}
+		return r
+	})
 	if !end {
 		return // ended already
 	}

@@ -167,11 +167,17 @@ func (s *session) certExpired() bool {
 		return false
 	}
 	s.armWrite()
-	s.w.error("UNAUTHENTICATED fencegate: client certificate expired at " + s.certUntil.UTC().Format(time.RFC3339) + "; the connection is closed")
+	s.last("UNAUTHENTICATED fencegate: client certificate expired at " + s.certUntil.UTC().Format(time.RFC3339) + "; the connection is closed")
+	return true
+}
+
+// last writes the session's last reply, the error msg, and lets a
+// logged-in client read it before the connection closes (Linger).
+func (s *session) last(msg string) {
+	s.w.error(msg)
 	if s.flush() == nil && s.authed {
 		listen.Linger(s.conn, s.r.br, -1, listen.LingerTime)
 	}
-	return true
 }
 
 func argBytes(args []string) int {
@@ -200,11 +206,7 @@ func (s *session) beforeRead() {
 func (s *session) fail(err error) error {
 	var pe *protocolError
 	if errors.As(err, &pe) {
-		s.w.error("ERR Protocol error: " + pe.msg)
-		_ = s.flush()
-		if s.authed {
-			listen.Linger(s.conn, s.r.br, -1, listen.LingerTime)
-		}
+		s.last("ERR Protocol error: " + pe.msg)
 		return err
 	}
 	if !s.authed && errors.Is(err, os.ErrDeadlineExceeded) {

@@ -2,7 +2,6 @@ package election
 
 import (
 	"context"
-	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -10,95 +9,21 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/fencegate/fencegate/election/netfault"
 )
 
-// rt13Proxy forwards TCP to etcd until Cut: then every connection is
-// closed and new ones are closed at once (this replica cut off from etcd,
-// the others not), until Restore.
-type rt13Proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newRT13Proxy(t *testing.T, target string) *rt13Proxy {
+// newProxy is a netfault proxy to target, closed when the test ends. Its
+// Drop is this replica cut off from etcd, the others not: every
+// connection closed, new ones closed at once, until Restore.
+func newProxy(t *testing.T, target string) *netfault.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := netfault.New(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &rt13Proxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.Cut()
-		p.wg.Wait()
-	})
+	t.Cleanup(func() { p.Close() })
 	return p
-}
-
-func (p *rt13Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		cut := p.cut
-		p.mu.Unlock()
-		if cut {
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
-	}
-}
-
-func (p *rt13Proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if err != nil {
-			dst.Close()
-			return
-		}
-		if _, err := dst.Write(buf[:n]); err != nil {
-			src.Close()
-			return
-		}
-	}
-}
-
-func (p *rt13Proxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *rt13Proxy) Restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
 }
 
 // TestRedTeam13ResetLostToCompaction: a replica's reset watch is cut off
@@ -112,9 +37,9 @@ func (p *rt13Proxy) Restore() {
 // until it restarts. Resets are durable keys: a compacted watch can list
 // them.
 func TestRedTeam13ResetLostToCompaction(t *testing.T) {
-	proxy := newRT13Proxy(t, strings.TrimPrefix(endpoints()[0], "http://"))
+	proxy := newProxy(t, strings.TrimPrefix(endpoints()[0], "http://"))
 	viaProxy, err := clientv3.New(clientv3.Config{
-		Endpoints:   []string{"http://" + proxy.ln.Addr().String()},
+		Endpoints:   []string{"http://" + proxy.Addr()},
 		DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
 	})
 	if err != nil {
@@ -152,7 +77,7 @@ func TestRedTeam13ResetLostToCompaction(t *testing.T) {
 	waitFor(t, "reset of f1 delivered", func() bool { _, ok := got("f1"); return ok })
 
 	// Cut off; f2 is reset meanwhile, and etcd compacts.
-	proxy.Cut()
+	proxy.Drop()
 	if err := other.PublishReset(t.Context(), "f2", 2); err != nil {
 		t.Fatal(err)
 	}

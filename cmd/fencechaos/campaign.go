@@ -25,6 +25,7 @@ import (
 	"github.com/fencegate/fencegate/cmd/internal/flagerr"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/election/freeport"
+	"github.com/fencegate/fencegate/election/netfault"
 	pgthrow "github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	rdthrow "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
@@ -283,14 +284,17 @@ type gateway struct {
 	respAddr string
 	// backend is this replica's own path to PostgreSQL or Redis, so one
 	// replica's link can be stalled while the other's works.
-	backend *cutProxy
+	backend *netfault.Proxy
 }
 
 type workerSlot struct {
 	idx     int
 	inc     int
 	proc    *child
-	proxies []*cutProxy
+	proxies []*netfault.Proxy
+	// pgTerm is the slot's own path to PostgreSQL with
+	// --source=postgres-term (one of proxies); nil otherwise.
+	pgTerm *netfault.Proxy
 }
 
 func (w *workerSlot) name() string { return fmt.Sprintf("w%d.%d", w.idx, w.inc) }
@@ -689,7 +693,7 @@ func (c *campaign) startGateways(ctx context.Context) error {
 		case protoRESP:
 			g.respAddr = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
 		}
-		if g.backend, err = newCutProxy(c.backendAddr()); err != nil {
+		if g.backend, err = netfault.New(c.backendAddr()); err != nil {
 			return err
 		}
 		c.gateways = append(c.gateways, g)
@@ -769,7 +773,7 @@ func (c *campaign) startWorkers() error {
 	for i := range c.cfg.Workers {
 		w := &workerSlot{idx: i}
 		for _, u := range c.etcdURLs {
-			p, err := newCutProxy(strings.TrimPrefix(u, "http://"))
+			p, err := netfault.New(strings.TrimPrefix(u, "http://"))
 			if err != nil {
 				return err
 			}

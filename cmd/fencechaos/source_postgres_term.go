@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/netfault"
 )
 
 // The postgres-term source: the seed worker's advisory lock and term row,
@@ -61,18 +62,15 @@ GRANT SELECT, UPDATE (term) ON leadership_term TO fencegate_owner`)
 // pgTermWorkerAddr is the worker's own cut proxy to PostgreSQL, made once
 // per worker slot: its partitions cut the worker's election session.
 func pgTermWorkerAddr(c *campaign, w *workerSlot) (string, error) {
-	target := c.backendAddr()
-	for _, p := range w.proxies {
-		if p.target == target {
-			return p.Addr(), nil
+	if w.pgTerm == nil {
+		p, err := netfault.New(c.backendAddr())
+		if err != nil {
+			return "", err
 		}
+		w.pgTerm = p
+		w.proxies = append(w.proxies, p)
 	}
-	p, err := newCutProxy(target)
-	if err != nil {
-		return "", err
-	}
-	w.proxies = append(w.proxies, p)
-	return p.Addr(), nil
+	return w.pgTerm.Addr(), nil
 }
 
 // pgTermLeader is the worker incarnation whose session holds the lock: its

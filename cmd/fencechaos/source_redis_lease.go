@@ -10,6 +10,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/netfault"
 	"github.com/fencegate/fencegate/election/redislease"
 	rdthrow "github.com/fencegate/fencegate/proxy/redis/throwaway"
 )
@@ -37,7 +38,7 @@ func init() {
 
 // leaseRedis is the campaign's side of the source: one campaign a
 // process.
-var leaseRedis = &leaseCampaign{proxies: map[int]*cutProxy{}}
+var leaseRedis = &leaseCampaign{proxies: map[int]*netfault.Proxy{}}
 
 type leaseCampaign struct {
 	mu sync.Mutex
@@ -46,7 +47,7 @@ type leaseCampaign struct {
 	addr string
 	rdc  *goredis.Client
 	// proxies are each worker slot's path to the lease Redis.
-	proxies map[int]*cutProxy
+	proxies map[int]*netfault.Proxy
 }
 
 func (l *leaseCampaign) start(ctx context.Context, c *campaign) error {
@@ -82,7 +83,7 @@ func (l *leaseCampaign) workerAddr(_ *campaign, w *workerSlot) (string, error) {
 	p, ok := l.proxies[w.idx]
 	if !ok {
 		var err error
-		if p, err = newCutProxy(l.addr); err != nil {
+		if p, err = netfault.New(l.addr); err != nil {
 			return "", err
 		}
 		l.proxies[w.idx] = p

@@ -13,6 +13,7 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/netfault"
 	"github.com/fencegate/fencegate/election/zookeeper"
 	"github.com/fencegate/fencegate/election/zookeeper/throwaway"
 )
@@ -38,14 +39,14 @@ func init() {
 
 // zkChaos is the campaign's side of the zookeeper source (one campaign per
 // process).
-var zkChaos = &zkCampaignState{proxies: map[int]*cutProxy{}}
+var zkChaos = &zkCampaignState{proxies: map[int]*netfault.Proxy{}}
 
 type zkCampaignState struct {
 	srv  *throwaway.Server
 	conn *zk.Conn // the campaign's own session, to see who leads
 
 	mu      sync.Mutex
-	proxies map[int]*cutProxy // by worker slot
+	proxies map[int]*netfault.Proxy // by worker slot
 }
 
 func zkElection(fence string) string { return zookeeper.DefaultRoot + "/" + fence }
@@ -85,7 +86,7 @@ func (s *zkCampaignState) workerAddr(c *campaign, w *workerSlot) (string, error)
 	p := s.proxies[w.idx]
 	if p == nil {
 		var err error
-		if p, err = newCutProxy(s.srv.Addr()); err != nil {
+		if p, err = netfault.New(s.srv.Addr()); err != nil {
 			return "", err
 		}
 		s.proxies[w.idx] = p

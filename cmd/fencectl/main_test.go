@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -21,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/election/embedded"
+	"github.com/fencegate/fencegate/election/netfault"
 )
 
 // The test binary doubles as a child for `fencectl run` (writerChild).
@@ -246,94 +246,13 @@ func lastInt(t *testing.T, path string) int64 {
 	return n
 }
 
-// cutProxy forwards TCP connections to a target until Cut: from then on
-// bytes in both directions are swallowed and new connections go nowhere,
-// as in a network partition (silence, not resets).
-type cutProxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newCutProxy(t *testing.T, target string) *cutProxy {
+// newProxy is a netfault proxy to target, closed when the test ends.
+func newProxy(t *testing.T, target string) *netfault.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := netfault.New(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &cutProxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(p.close)
+	t.Cleanup(func() { p.Close() })
 	return p
-}
-
-func (p *cutProxy) addr() string { return p.ln.Addr().String() }
-
-func (p *cutProxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c)
-		cut := p.cut
-		p.mu.Unlock()
-		if cut {
-			continue // held open, never answered
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
-	}
-}
-
-func (p *cutProxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		cut := p.cut
-		p.mu.Unlock()
-		if cut {
-			continue
-		}
-		if _, err := dst.Write(buf[:n]); err != nil {
-			return
-		}
-	}
-}
-
-// Cut starts the partition.
-func (p *cutProxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-}
-
-func (p *cutProxy) close() {
-	p.ln.Close()
-	p.mu.Lock()
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.mu.Unlock()
-	p.wg.Wait()
 }

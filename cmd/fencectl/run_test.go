@@ -182,14 +182,14 @@ func TestRunKeyDeletedStopsChild(t *testing.T) {
 // whenever the partition starts.
 func TestRunPartitionedKillsChildBeforeLeaseExpiry(t *testing.T) {
 	c := newClient(t)
-	proxy := newCutProxy(t, strings.TrimPrefix(etcdURL, "http://"))
+	proxy := newProxy(t, strings.TrimPrefix(etcdURL, "http://"))
 	out := filepath.Join(t.TempDir(), "writes")
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := startFencectl(t, []string{childEnvVar + "=writer", "OUT=" + out},
-		"run", "--etcd-endpoints="+proxy.addr(), "--election-prefix="+testPrefix(t), "--command-timeout=1s",
+		"run", "--etcd-endpoints="+proxy.Addr(), "--election-prefix="+testPrefix(t), "--command-timeout=1s",
 		"--election=p", "--ttl=3s", "--grace=5s", "--kill-margin=500ms", "--", self)
 	waitFor(t, "the child's first write", func() bool { return exists(out) || p.exited() })
 	_, _, lease, ok := leaderKey(t, c, testPrefix(t), "p")

@@ -2,103 +2,27 @@ package zookeeper_test
 
 import (
 	"context"
-	"net"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/election/netfault"
 	"github.com/fencegate/fencegate/election/zookeeper"
 	"github.com/fencegate/fencegate/tokens"
 )
 
-// rt7Proxy forwards TCP to ZooKeeper until Cut: then every connection is
-// closed and new ones are closed at once (fencegate cut off from
-// ZooKeeper, the workers not), until Restore.
-type rt7Proxy struct {
-	ln     net.Listener
-	target string
-	mu     sync.Mutex
-	cut    bool
-	conns  []net.Conn
-	wg     sync.WaitGroup
-}
-
-func newRT7Proxy(t *testing.T, target string) *rt7Proxy {
+// newProxy is a netfault proxy to target, closed when the test ends. Its
+// Drop is fencegate cut off from ZooKeeper, the workers not: every
+// connection closed, new ones closed at once, until Restore.
+func newProxy(t *testing.T, target string) *netfault.Proxy {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	p, err := netfault.New(target)
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &rt7Proxy{ln: ln, target: target}
-	p.wg.Add(1)
-	go p.accept()
-	t.Cleanup(func() {
-		ln.Close()
-		p.Cut()
-		p.wg.Wait()
-	})
+	t.Cleanup(func() { p.Close() })
 	return p
-}
-
-func (p *rt7Proxy) accept() {
-	defer p.wg.Done()
-	for {
-		c, err := p.ln.Accept()
-		if err != nil {
-			return
-		}
-		p.mu.Lock()
-		cut := p.cut
-		p.mu.Unlock()
-		if cut {
-			c.Close()
-			continue
-		}
-		s, err := net.Dial("tcp", p.target)
-		if err != nil {
-			c.Close()
-			continue
-		}
-		p.mu.Lock()
-		p.conns = append(p.conns, c, s)
-		p.mu.Unlock()
-		p.wg.Add(2)
-		go p.pipe(s, c)
-		go p.pipe(c, s)
-	}
-}
-
-func (p *rt7Proxy) pipe(dst, src net.Conn) {
-	defer p.wg.Done()
-	buf := make([]byte, 32<<10)
-	for {
-		n, err := src.Read(buf)
-		if err != nil {
-			dst.Close()
-			return
-		}
-		if _, err := dst.Write(buf[:n]); err != nil {
-			src.Close()
-			return
-		}
-	}
-}
-
-func (p *rt7Proxy) Cut() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = true
-	for _, c := range p.conns {
-		c.Close()
-	}
-	p.conns = nil
-}
-
-func (p *rt7Proxy) Restore() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.cut = false
 }
 
 // TestRedTeam7DisconnectedMemoryStaysCurrent: the etcd watcher reports
@@ -113,8 +37,8 @@ func (p *rt7Proxy) Restore() {
 // zombie writes, the real leader is refused.
 func TestRedTeam7DisconnectedMemoryStaysCurrent(t *testing.T) {
 	root := testRoot(t)
-	proxy := newRT7Proxy(t, zkAddr)
-	s, err := zookeeper.New(zookeeper.Config{Servers: []string{proxy.ln.Addr().String()}, Root: root, SessionTimeout: 2 * time.Second})
+	proxy := newProxy(t, zkAddr)
+	s, err := zookeeper.New(zookeeper.Config{Servers: []string{proxy.Addr()}, Root: root, SessionTimeout: 2 * time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +62,7 @@ func TestRedTeam7DisconnectedMemoryStaysCurrent(t *testing.T) {
 		t.Fatalf("verify leader %d: held %v (%v)", z1, held, err)
 	}
 
-	proxy.Cut()
+	proxy.Drop()
 	waitFor(t, "fencegate's ZooKeeper connection to drop", func() bool { return !s.Connected() })
 	cutAt := time.Now()
 	if err := w1.Delete(p1, -1); err != nil { // w1's term ends

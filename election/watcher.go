@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -19,6 +20,8 @@ import (
 
 // ErrWatcherRunning is returned by Run when the Watcher is already running.
 var ErrWatcherRunning = errors.New("election: watcher already running")
+
+var errWatchLost = errors.New("watch stream lost")
 
 const (
 	defaultCheckInterval = 2 * time.Second
@@ -232,7 +235,14 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 	// starting at list+1 would never hear back and would be given up every
 	// other check. The events of the list's revision come again; applying
 	// them to the list they are part of changes nothing.
-	wch := w.client.Watch(wctx, w.root, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision),
+	//
+	// A watcher of its own, whose stream is not resumed when it is lost
+	// (firstStream): a lost stream ends the session, and memory follows
+	// etcd again only after a new list.
+	stream := newFirstStream(pb.NewWatchClient(w.client.ActiveConnection()))
+	watcher := clientv3.NewWatchFromWatchClient(stream, w.client)
+	defer watcher.Close()
+	wch := watcher.Watch(wctx, w.root, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision),
 		clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
 	check := time.NewTicker(w.checkInterval)
 	defer check.Stop()
@@ -244,6 +254,9 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 		case wr, ok := <-wch:
 			if !ok {
 				return errors.New("watch closed")
+			}
+			if stream.ended() {
+				return errWatchLost
 			}
 			heard = true
 			switch {
@@ -259,6 +272,8 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 			default:
 				w.applyEvents(wr.Events)
 			}
+		case <-stream.lost:
+			return errWatchLost
 		case <-w.relist:
 			return errors.New("etcd's revision went backwards")
 		case <-check.C:
@@ -268,7 +283,7 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 			heard = false
 			// The stream blocks progress requests while it reconnects.
 			rctx, cancel := context.WithTimeout(wctx, w.checkInterval)
-			err := w.client.RequestProgress(rctx)
+			err := watcher.RequestProgress(rctx)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				return fmt.Errorf("watch progress request: %w", err)

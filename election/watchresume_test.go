@@ -1,0 +1,106 @@
+package election
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/fencegate/fencegate/election/embedded"
+	"github.com/fencegate/fencegate/election/netfault"
+)
+
+// TestWatchResumedOnRestoredEtcdListsAgain: etcd is restored from a backup
+// without --bump-revision, and by the time fencegate's watch reconnects the
+// restored etcd has passed the revision the watch had reached. clientv3
+// would resume the watch there, on the new history, from the revision after
+// the last it delivered: the old history's leader, whose key the new
+// history does not have, would never be deleted from memory and would stay
+// current for good, its zombie's writes admitted from memory. The Watcher
+// takes no answer from a resumed stream: it lists again, and the new
+// history is all it knows.
+//
+// The restore is a second etcd with a history of its own, behind the same
+// address (a TCP proxy retargeted to it).
+func TestWatchResumedOnRestoredEtcdListsAgain(t *testing.T) {
+	start := func() *embedded.Server {
+		srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir(), NoFsync: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(srv.Close)
+		return srv
+	}
+	client := func(endpoint string) *clientv3.Client {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	before, after := start(), start()
+	proxy, err := netfault.New(strings.TrimPrefix(before.ClientURL(), "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	oldEtcd, newEtcd := client(before.ClientURL()), client(after.ClientURL())
+
+	const prefix = "/resume"
+	old, err := oldEtcd.Put(t.Context(), prefix+"/jobs/old", "old")
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := startWatcher(t, client("http://"+proxy.Addr()), WatcherConfig{Prefix: prefix})
+	waitFor(t, "the old history's leader", func() bool { return w.Term("jobs").Rev == old.Header.Revision })
+	var had int64
+	for range 10 {
+		r, err := oldEtcd.Put(t.Context(), "/filler", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		had = r.Header.Revision
+	}
+	waitFor(t, "the watch at the old history's last revision", func() bool {
+		w.mu.RLock()
+		defer w.mu.RUnlock()
+		return w.applied >= had
+	})
+
+	// The restored etcd: no leader of jobs, and a revision past the old
+	// one's.
+	var rev int64
+	for rev <= had+5 {
+		r, err := newEtcd.Put(t.Context(), "/filler", "y")
+		if err != nil {
+			t.Fatal(err)
+		}
+		rev = r.Header.Revision
+	}
+	proxy.Retarget(strings.TrimPrefix(after.ClientURL(), "http://"))
+	proxy.Drop()
+	proxy.Restore()
+
+	// The watch follows the new history again once it sees a new
+	// election begin there.
+	for i := 0; ; i++ {
+		if _, err := newEtcd.Put(t.Context(), fmt.Sprintf("%s/other/k%d", prefix, i), "new"); err != nil {
+			t.Fatal(err)
+		}
+		if w.Synced() && w.Term("other").HasLeader() {
+			break
+		}
+		if i == 100 {
+			t.Fatal("the watch never followed the restored etcd")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if got := w.Term("jobs"); got.HasLeader() {
+		t.Fatalf("etcd restored at revision %d (it had reached %d before) without jobs' leader key; the watch "+
+			"resumed on it and still holds the old history's leader: %+v", rev, had, got)
+	}
+}

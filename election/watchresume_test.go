@@ -104,3 +104,26 @@ func TestWatchResumedOnRestoredEtcdListsAgain(t *testing.T) {
 			"resumed on it and still holds the old history's leader: %+v", rev, had, got)
 	}
 }
+
+// TestWatchLostStreamUnsyncsAtOnce: when the watch's connection breaks,
+// memory no longer follows etcd, and writes must be judged by reads of
+// etcd (Fresh false) from then on, not only once a progress request goes
+// unanswered. The check interval here is an hour, so only the stream's end
+// can tell the Watcher.
+func TestWatchLostStreamUnsyncsAtOnce(t *testing.T) {
+	proxy, err := netfault.New(strings.TrimPrefix(endpoints()[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + proxy.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	w := startWatcher(t, c, WatcherConfig{Prefix: testPrefix(t), CheckInterval: time.Hour})
+	proxy.Drop()
+	waitFor(t, "the watcher to say it no longer follows etcd", func() bool { return !w.Fresh("jobs") })
+	proxy.Restore()
+	waitFor(t, "the watcher to follow etcd again", w.Synced)
+}

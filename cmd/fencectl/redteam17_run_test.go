@@ -70,13 +70,13 @@ func TestRedTeam17SigtstpLeavesChildUnsupervised(t *testing.T) {
 // the scan has not seen yet: it outlives the loop, and keeps running
 // with FENCEGATE_TOKEN after the leadership was handed back, while the
 // next leader is elected. Expected: nothing below fencectl runs once it
-// has exited (stop the tree with SIGSTOP until no new process appears,
-// then SIGKILL it; or fail loudly and do not resign while it lives).
+// has exited (e.g. SIGSTOP the tree until no new process appears, then
+// SIGKILL it: a stopped process cannot fork).
 func TestRedTeam17ForkChainOutlivesRun(t *testing.T) {
 	dir := t.TempDir()
 	beat, ready := filepath.Join(dir, "beat"), filepath.Join(dir, "ready")
-	// Six chains. Each generation: stop once the test's directory is gone (cleanup),
-	// note its pid, start the next generation, exit.
+	// Six chains. Each generation: stop once the test's directory is gone
+	// (cleanup), start the next generation, note its pid, exit.
 	chain := `[ -d "$DIR" ] || exit 0; sh -c "$CHAIN" </dev/null >/dev/null 2>&1 & echo $$ >> "$BEAT"; exit 0`
 	p := startFencectl(t, []string{"DIR=" + dir, "BEAT=" + beat, "READY=" + ready, "CHAIN=" + chain},
 		runArgs(t, "--election=chain", "--ttl=2s", "--", "sh", "-c",
@@ -107,8 +107,6 @@ func beats(t *testing.T, path string) int {
 	}
 	return strings.Count(string(b), "\n")
 }
-
-var _ = strconv.Itoa
 
 // TestRedTeam17BrokenStderrKillsFencectlAtLoss: fencectl's first act on
 // losing the leadership is to print why on stderr, before it signals

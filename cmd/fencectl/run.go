@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"flag"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -180,8 +182,19 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 		return interrupted(sigs, fmt.Errorf("run: %w", err))
 	}
 	// SIGHUP too, from now on: it is for CMD (before, its default action
-	// ends the campaign).
-	signal.Notify(sigs, syscall.SIGHUP)
+	// ends the campaign). So are SIGTSTP and SIGCONT: CMD runs in a
+	// process group of its own, which job control does not reach, and a
+	// fencectl stopped by SIGTSTP's default action would neither renew the
+	// lease nor stop CMD once it ended. fencectl stops CMD instead, and
+	// goes on.
+	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGCONT)
+	// SIGPIPE is caught, not left to its default action: a write to a
+	// stderr whose reader is gone (a dead `| tee`) would end fencectl on
+	// the spot, before it stopped CMD's tree. Caught, not ignored: an
+	// ignored signal stays ignored in CMD.
+	pipes := make(chan os.Signal, 1)
+	signal.Notify(pipes, syscall.SIGPIPE)
+	defer signal.Stop(pipes)
 	resign := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), g.CommandTimeout)
 		defer cancel()
@@ -246,34 +259,29 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 			now := time.Now()
 			at := killDeadline(now, lead.ProvenUntil(), rc.Grace, rc.KillMargin)
 			lostMsg = fmt.Sprintf("run: leadership of %q (token %d) ended: %v", rc.Election, lead.Token(), lead.Err())
+			// Signals first, words after: writing to stderr may fail
+			// or block.
 			if !at.After(now) {
+				killAll(pgid)
 				fmt.Fprintf(stderr, "fencectl: %s; SIGKILL to %s\n", lostMsg, rest[0])
-				killTree(pgid, syscall.SIGKILL)
 				continue
 			}
-			fmt.Fprintf(stderr, "fencectl: %s; SIGTERM to %s, SIGKILL in %v\n", lostMsg, rest[0], at.Sub(now).Round(time.Millisecond))
 			killTree(pgid, syscall.SIGTERM)
+			killTree(pgid, syscall.SIGCONT) // a stopped CMD must run to end
 			killT = time.NewTimer(at.Sub(now))
 			killC = killT.C
+			fmt.Fprintf(stderr, "fencectl: %s; SIGTERM to %s, SIGKILL in %v\n", lostMsg, rest[0], at.Sub(now).Round(time.Millisecond))
 		case <-killC:
 			killC = nil
-			killTree(pgid, syscall.SIGKILL)
+			killAll(pgid)
 		}
 	}
 	if killT != nil {
 		killT.Stop()
 	}
 	// What CMD left behind, in its group or not, holds the token too.
-	_ = syscall.Kill(-pgid, syscall.SIGKILL)
-	for range 50 { // a killed process's children come to fencectl next
-		left := descendants(os.Getpid())
-		if len(left) == 0 {
-			break
-		}
-		for _, pid := range left {
-			_ = syscall.Kill(pid, syscall.SIGKILL)
-		}
-		time.Sleep(10 * time.Millisecond)
+	if n := killAll(pgid); n > 0 {
+		fmt.Fprintf(stderr, "fencectl: run: killed %d processes %s left behind\n", n, rest[0])
 	}
 	resign()
 
@@ -294,47 +302,113 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 // subreaper, those whose parents exited.
 func killTree(pgid int, sig syscall.Signal) {
 	_ = syscall.Kill(-pgid, sig)
-	for _, pid := range descendants(os.Getpid()) {
-		_ = syscall.Kill(pid, sig)
+	for _, p := range descendants(os.Getpid()) {
+		_ = syscall.Kill(p.pid, sig)
 	}
 }
 
+// killQuiet is how many scans in a row must find nothing new before
+// killAll kills what it stopped, and killScans bounds its scans.
+const (
+	killQuiet = 20
+	killScans = 2000
+)
+
+// killAll kills CMD's process group and every live process below
+// fencectl, and returns how many of the latter it found. A scan and a kill
+// would miss what forks in between: a daemon that forks itself and exits,
+// over and over, escapes every round. So killAll first stops them (a
+// stopped process cannot fork), again and again until killQuiet scans in
+// a row find no process it has not stopped, and then kills them all.
+//
+// Processes are stopped one by one and by process group, as signalling a
+// group reaches all its members at once, those forked meanwhile included:
+// one process of a respawning daemon seen is then enough. A group is
+// signalled only when all its members are known to be fencectl's: it is
+// CMD's, or its process has left fencectl's session (a session is joined
+// only by birth, so the whole of one a descendant made is below
+// fencectl), or its leader is a live descendant.
+func killAll(pgid int) int {
+	_ = syscall.Kill(-pgid, syscall.SIGSTOP)
+	self := os.Getpid()
+	sid, _ := unix.Getsid(0)
+	stopped := map[int]bool{}
+	groups := map[int]bool{pgid: true}
+	for quiet, scans := 0, 0; quiet < killQuiet && scans < killScans; scans++ {
+		quiet++
+		procs := descendants(self)
+		live := make(map[int]bool, len(procs))
+		for _, p := range procs {
+			live[p.pid] = true
+		}
+		for _, p := range procs {
+			if !stopped[p.pid] {
+				stopped[p.pid], quiet = true, 0
+				_ = syscall.Kill(p.pid, syscall.SIGSTOP)
+			}
+			if !groups[p.pgid] && p.pgid > 0 && (p.sid != sid || live[p.pgid]) {
+				groups[p.pgid], quiet = true, 0
+				_ = syscall.Kill(-p.pgid, syscall.SIGSTOP)
+			}
+		}
+	}
+	for g := range groups {
+		_ = syscall.Kill(-g, syscall.SIGKILL)
+	}
+	for pid := range stopped {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	return len(stopped)
+}
+
+// descendant is a live process below fencectl.
+type descendant struct{ pid, pgid, sid int }
+
 // descendants returns the live processes below root (children, theirs,
 // ...), read from /proc; zombies are left out.
-func descendants(root int) []int {
+func descendants(root int) []descendant {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
 		return nil
 	}
-	children := map[int][]int{}
+	pids := make([]int, 0, len(entries))
 	for _, e := range entries {
-		pid, err := strconv.Atoi(e.Name())
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	// The newest first: a process that forks itself and exits lives
+	// for a moment, and the later its stat is read the likelier it is
+	// gone, its successor not in the list.
+	slices.SortFunc(pids, func(a, b int) int { return cmp.Compare(b, a) })
+	children := map[int][]descendant{}
+	for _, pid := range pids {
+		stat, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 		if err != nil {
 			continue
 		}
-		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid ...: comm may hold spaces and parentheses.
+		// pid (comm) state ppid pgrp session ...: comm may hold spaces
+		// and parentheses.
 		i := strings.LastIndexByte(string(stat), ')')
 		if i < 0 {
 			continue
 		}
 		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 2 || f[0] == "Z" || f[0] == "X" {
+		if len(f) < 4 || f[0] == "Z" || f[0] == "X" {
 			continue
 		}
-		ppid, err := strconv.Atoi(f[1])
-		if err != nil {
+		ppid, err1 := strconv.Atoi(f[1])
+		pgid, err2 := strconv.Atoi(f[2])
+		sid, err3 := strconv.Atoi(f[3])
+		if err1 != nil || err2 != nil || err3 != nil {
 			continue
 		}
-		children[ppid] = append(children[ppid], pid)
+		children[ppid] = append(children[ppid], descendant{pid: pid, pgid: pgid, sid: sid})
 	}
-	var out []int
+	var out []descendant
 	for queue := children[root]; len(queue) > 0; queue = queue[1:] {
 		out = append(out, queue[0])
-		queue = append(queue, children[queue[0]]...)
+		queue = append(queue, children[queue[0].pid]...)
 	}
 	return out
 }

@@ -279,19 +279,25 @@ func (s *Source) Poll(ctx context.Context) error {
 	seq := s.reads.Add(1)
 	pctx, cancel := context.WithTimeout(ctx, max(s.interval, time.Second))
 	defer cancel()
-	_, err := s.client.Pipelined(pctx, func(p goredis.Pipeliner) error {
+	// Each command's error is its own (Pipelined returns the first):
+	// one fence whose keys cannot be read must not keep the others'
+	// memory from being refreshed.
+	_, _ = s.client.Pipelined(pctx, func(p goredis.Pipeliner) error {
 		for i, name := range names {
 			keys[i] = s.Keys(name)
 			cmds[i] = p.Eval(pctx, readScript, []string{keys[i].Lease, keys[i].Counter})
 		}
 		return nil
 	})
-	if err != nil {
-		return fmt.Errorf("redislease: poll: %w", err)
-	}
 	var first error
 	for i, name := range names {
-		if _, err := s.fold(name, keys[i], cmds[i].Val(), seq); err != nil && first == nil {
+		err := cmds[i].Err()
+		if err == nil {
+			_, err = s.fold(name, keys[i], cmds[i].Val(), seq)
+		} else {
+			err = fmt.Errorf("redislease: poll %q: %w", name, err)
+		}
+		if err != nil && first == nil {
 			first = err
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 
 	"github.com/fencegate/fencegate/cmd/internal/suggest"
@@ -80,10 +81,31 @@ func runFence(ctx context.Context, g *globalConfig, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
+	if ok, err := known(ctx, gw, f); err != nil {
+		return err
+	} else if !ok {
+		return fmt.Errorf("fence %q not found: no backend holds a high-water mark for it and no election of that name is known (see 'fencectl fences')", f.Name)
+	}
 	if g.WriteOut == "json" {
 		return printJSON(stdout, f)
 	}
 	return printFences(stdout, g, []fence{f})
+}
+
+// known reports whether fencegate knows fence f, as fences lists it: a
+// backend holds its mark, or the election watch has seen its election.
+// GET /v1/fences/NAME answers for any valid name, with zeros for one it
+// does not know; a fence seen in its election but without a leader or a
+// mark also reads as zeros, so only then is the list asked.
+func known(ctx context.Context, gw *gateway, f fence) (bool, error) {
+	if f.HighWater != 0 || f.Term != 0 || f.HasLeader || f.Leader != "" {
+		return true, nil
+	}
+	all, err := gw.listFences(ctx)
+	if err != nil {
+		return false, err
+	}
+	return slices.ContainsFunc(all, func(g fence) bool { return g.Name == f.Name }), nil
 }
 
 func runFenceReset(ctx context.Context, g *globalConfig, args []string, stdout, stderr io.Writer) error {

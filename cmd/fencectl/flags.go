@@ -5,11 +5,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/fencegate/fencegate/cmd/internal/addrflag"
 	"github.com/fencegate/fencegate/cmd/internal/flagerr"
 )
 
@@ -198,6 +200,7 @@ func (g *globalConfig) validate() error {
 	default:
 		return fmt.Errorf("--write-out %q: want table or json", g.WriteOut)
 	}
+	given := g.Endpoint
 	if g.Endpoint != "" && !strings.Contains(g.Endpoint, "://") {
 		// host:port, as fencegate's --http-addr and etcdctl's endpoints
 		// are written: https when a CA or certificate is given.
@@ -207,9 +210,9 @@ func (g *globalConfig) validate() error {
 		}
 		g.Endpoint = scheme + g.Endpoint
 	}
-	u, err := url.Parse(g.Endpoint)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return fmt.Errorf("--endpoint %q: want host:port or a URL such as http://127.0.0.1:7080", g.Endpoint)
+	if err := checkEndpoint(g.Endpoint); err != nil {
+		// The value as given, not with the scheme added above.
+		return fmt.Errorf("--endpoint %q: %w; want host:port or a URL such as http://127.0.0.1:7080", given, err)
 	}
 	if (g.Cert == "") != (g.Key == "") {
 		return fmt.Errorf("--cert and --key go together")
@@ -220,6 +223,9 @@ func (g *globalConfig) validate() error {
 	if len(g.etcdEndpoints()) == 0 {
 		return fmt.Errorf("--etcd-endpoints is empty")
 	}
+	if err := addrflag.EtcdEndpoints("--etcd-endpoints", g.EtcdEndpoints); err != nil {
+		return err
+	}
 	if g.DialTimeout <= 0 {
 		return fmt.Errorf("--dial-timeout %v: want a positive duration", g.DialTimeout)
 	}
@@ -228,6 +234,33 @@ func (g *globalConfig) validate() error {
 	}
 	if g.ElectionPrefix == "" || strings.HasSuffix(g.ElectionPrefix, "/") {
 		return fmt.Errorf("--election-prefix %q: want a key prefix not ending in '/'", g.ElectionPrefix)
+	}
+	return nil
+}
+
+// checkEndpoint checks fencegate's address as an http:// or https:// URL
+// with a host and a valid port, if any; the reason when it is not.
+func checkEndpoint(endpoint string) error {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		var ue *url.Error
+		if errors.As(err, &ue) {
+			return ue.Err
+		}
+		return err
+	}
+	if u.Scheme != "http" && u.Scheme != "https" {
+		return fmt.Errorf("scheme %q, not http or https", u.Scheme)
+	}
+	if u.Host == "" {
+		return errors.New("no host")
+	}
+	if _, port, err := net.SplitHostPort(u.Host); err == nil {
+		if _, err := net.LookupPort("tcp", port); err != nil || port == "" {
+			return fmt.Errorf("bad port %q", port)
+		}
+	} else if strings.Count(u.Host, ":") > 1 && !strings.HasPrefix(u.Host, "[") {
+		return errors.New("too many colons")
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/fencegate/fencegate/cmd/internal/addrflag"
 	"github.com/fencegate/fencegate/election/embedded"
 	pgthrowaway "github.com/fencegate/fencegate/proxy/postgres/throwaway"
 	redisthrowaway "github.com/fencegate/fencegate/proxy/redis/throwaway"
@@ -34,6 +35,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	cfg.register(fs, false)
 	if err := parseFlags(fs, args, stdout, stderr, devSummary); err != nil {
 		return err
+	}
+	// Before anything starts: a malformed address would otherwise be
+	// found only once etcd, PostgreSQL and Redis are up.
+	if etcdURL != "" {
+		if err := addrflag.HTTPURL("--etcd-listen", etcdURL, "http://127.0.0.1:2379"); err != nil {
+			return usage(err)
+		}
+	}
+	if err := cfg.checkAddrs(); err != nil {
+		return usage(err)
 	}
 	if err := validatePort("--postgres-port", pgPort); err != nil {
 		return usage(err)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/api"
+	"github.com/fencegate/fencegate/cmd/internal/addrflag"
 	"github.com/fencegate/fencegate/cmd/internal/flagerr"
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/election/pgterm"
@@ -208,6 +209,9 @@ func (c *serveConfig) check() error {
 	if err := c.checkRanges(); err != nil {
 		return err
 	}
+	if err := c.checkAddrs(); err != nil {
+		return err
+	}
 	routes, err := election.ParseRoutes(c.TermSources)
 	if err != nil {
 		return fmt.Errorf("--term-sources: %w", err)
@@ -262,6 +266,50 @@ func (c *serveConfig) check() error {
 	}
 	if longest := c.Postgres.StatementTimeout + c.Proxy.VerifyTimeout; c.HTTPServer.WriteTimeout <= longest {
 		return fmt.Errorf("--http-write-timeout %v must exceed --statement-timeout plus --verify-timeout (%v), or answers of slow writes are cut off", c.HTTPServer.WriteTimeout, longest)
+	}
+	return nil
+}
+
+// checkAddrs refuses an address flag that is malformed, naming it, before
+// the checks that read its host (checkExposure) and before anything
+// listens or dials.
+func (c *serveConfig) checkAddrs() error {
+	for _, a := range []struct{ flag, addr, example string }{
+		{"--grpc-addr", c.GRPCAddr, "127.0.0.1:7070"},
+		{"--http-addr", c.HTTPAddr, "127.0.0.1:7080"},
+		{"--pg-listen-addr", c.PgListenAddr, "127.0.0.1:7432"},
+		{"--redis-listen-addr", c.RedisListenAddr, "127.0.0.1:7379"},
+		{"--metrics-addr", c.MetricsAddr, "127.0.0.1:9090"},
+		{"--pprof-addr", c.PprofAddr, "127.0.0.1:6060"},
+	} {
+		if a.addr == "" {
+			continue // off
+		}
+		if err := addrflag.HostPort(a.flag, a.addr, a.example); err != nil {
+			return err
+		}
+	}
+	for _, a := range []struct{ flag, addr string }{
+		{"--redis-addr", c.RedisAddr},
+		{"--redis-lease-addr", c.RedisLease.Addr},
+	} {
+		if a.addr == "" {
+			continue
+		}
+		if err := addrflag.HostPortOrSocket(a.flag, a.addr, "127.0.0.1:6379"); err != nil {
+			return err
+		}
+	}
+	if err := addrflag.EtcdEndpoints("--etcd-endpoints", c.EtcdEndpoints); err != nil {
+		return err
+	}
+	for _, s := range c.zooKeeperServers() {
+		// Without a port, the ZooKeeper client takes 2181.
+		if strings.Contains(s, ":") {
+			if err := addrflag.HostPort("--zookeeper-servers", s, "127.0.0.1:2181"); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }

@@ -162,7 +162,7 @@ func TestRedTeam2FoldSkipsEndedTerms(t *testing.T) {
 	listed := make(chan int64)
 	release := make(chan struct{})
 	var once sync.Once
-	w.testHookBeforeWatch = func(rev int64) {
+	w.testHookBeforeList = func(rev int64) {
 		once.Do(func() {
 			listed <- rev
 			<-release

@@ -39,7 +39,7 @@ func TestRedTeam7RevisionRewindReusesTerms(t *testing.T) {
 	// the watch breaks and the prefix is listed again.
 	w.applyList(300, nil)
 	// A new leader campaigns; its key happens to be created at 500.
-	w.applyEvents([]*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv("/rt7/jobs/b", 500, 500, "new")}})
+	w.applyEvents([]*clientv3.Event{{Type: clientv3.EventTypePut, Kv: kv("/rt7/jobs/b", 500, 500, "new")}}, 0)
 
 	got := w.Term("jobs")
 	if got.HasLeader() && got.Rev == 500 {

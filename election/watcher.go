@@ -86,9 +86,9 @@ type Watcher struct {
 	// found etcd's history gone back (rewound).
 	relist chan struct{}
 
-	// testHookBeforeWatch, if set, runs after a list and before the watch
-	// is opened.
-	testHookBeforeWatch func(listRev int64)
+	// testHookBeforeList, if set, runs once the watch is created and
+	// before the list at the revision it reports.
+	testHookBeforeList func(listRev int64)
 }
 
 type candidate struct {
@@ -212,29 +212,17 @@ func (w *Watcher) Run(ctx context.Context) error {
 	}
 }
 
-// session lists the prefix and watches it from the list's revision until
-// the watch breaks or ctx is done.
+// session watches the prefix and lists it, until the watch breaks or ctx
+// is done.
 func (w *Watcher) session(ctx context.Context, onSynced func()) error {
-	lctx, cancel := context.WithTimeout(ctx, listTimeout)
-	resp, err := w.client.Get(lctx, w.root, clientv3.WithPrefix())
-	cancel()
-	if err != nil {
-		return fmt.Errorf("list %s: %w", w.root, err)
-	}
-	w.applyList(resp.Header.Revision, resp.Kvs)
-	w.lists.Add(1)
-	if w.testHookBeforeWatch != nil {
-		w.testHookBeforeWatch(resp.Header.Revision)
-	}
-
 	wctx, wcancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer wcancel()
-	// The watch starts at the list's own revision, not the one after: etcd
-	// 3.5 and later answer a progress request only once the store has
-	// reached every watch's start revision, so on an idle etcd a watch
-	// starting at list+1 would never hear back and would be given up every
-	// other check. The events of the list's revision come again; applying
-	// them to the list they are part of changes nothing.
+	// The watch first, from etcd's current revision, then the list at the
+	// revision its creation reports: both are then of the etcd that the
+	// watch's one stream reached. Listed first, the list and the watch
+	// could come from two etcds, one restored from a backup between
+	// them, and the watch's events would be applied over another
+	// history's list.
 	//
 	// A watcher of its own, whose stream is not resumed when it is lost
 	// (firstStream): a lost stream ends the session, and memory follows
@@ -242,8 +230,45 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 	stream := newFirstStream(pb.NewWatchClient(w.client.ActiveConnection()))
 	watcher := clientv3.NewWatchFromWatchClient(stream, w.client)
 	defer watcher.Close()
-	wch := watcher.Watch(wctx, w.root, clientv3.WithPrefix(), clientv3.WithRev(resp.Header.Revision),
-		clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+	wch := watcher.Watch(wctx, w.root, clientv3.WithPrefix(), clientv3.WithProgressNotify(), clientv3.WithCreatedNotify())
+	created := time.NewTimer(listTimeout)
+	defer created.Stop()
+	var listRev int64
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-stream.lost:
+		return errWatchLost
+	case <-created.C:
+		return fmt.Errorf("watch %s not created within %v", w.root, listTimeout)
+	case wr, ok := <-wch:
+		switch {
+		case !ok:
+			return errors.New("watch closed")
+		case wr.Canceled || wr.Err() != nil:
+			return fmt.Errorf("watch canceled: %w", wr.Err())
+		case !wr.Created:
+			return errors.New("watch answered before it was created")
+		}
+		listRev = wr.Header.Revision
+	}
+	if w.testHookBeforeList != nil {
+		w.testHookBeforeList(listRev)
+	}
+	lctx, cancel := context.WithTimeout(ctx, listTimeout)
+	resp, err := w.client.Get(lctx, w.root, clientv3.WithPrefix(), clientv3.WithRev(listRev))
+	cancel()
+	if err != nil {
+		return fmt.Errorf("list %s at revision %d: %w", w.root, listRev, err)
+	}
+	if stream.ended() {
+		return errWatchLost
+	}
+	w.applyList(listRev, resp.Kvs)
+	w.lists.Add(1)
+	w.synced.Store(true)
+	onSynced()
+
 	check := time.NewTicker(w.checkInterval)
 	defer check.Stop()
 	heard := true // anything received since the last progress request
@@ -264,13 +289,10 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 				return fmt.Errorf("watch compacted at revision %d", wr.CompactRevision)
 			case wr.Canceled || wr.Err() != nil:
 				return fmt.Errorf("watch canceled: %w", wr.Err())
-			case wr.Created:
-				w.synced.Store(true)
-				onSynced()
 			case wr.IsProgressNotify():
 				w.applyProgress(wr.Header.Revision)
 			default:
-				w.applyEvents(wr.Events)
+				w.applyEvents(wr.Events, listRev)
 			}
 		case <-stream.lost:
 			return errWatchLost
@@ -310,8 +332,12 @@ func (w *Watcher) applyList(rev int64, kvs []*mvccpb.KeyValue) {
 	w.writeMu.Lock()
 	defer w.writeMu.Unlock()
 	w.mu.Lock()
-	if rev < w.applied {
-		w.rewound(w.applied, rev) // the list is the truth now
+	// The list is the truth now, whatever came before.
+	switch {
+	case rev < w.applied:
+		w.rewound(w.applied, rev, "etcd revision went backwards")
+	case w.applied > 0 && w.diverged(kvs):
+		w.rewound(w.applied, rev, "etcd's history changed")
 	}
 	w.cands = cands
 	w.applied = rev
@@ -328,13 +354,37 @@ func (w *Watcher) applyList(rev int64, kvs []*mvccpb.KeyValue) {
 	w.notify(changes)
 }
 
-// rewound records that etcd's history went backwards (restored from a
-// backup) from revision had to now: every term up to had is refused, and
-// any later read may be published. w.mu must be held.
-func (w *Watcher) rewound(had, now int64) {
+// diverged reports whether a list of the prefix, at a revision not below
+// the one applied, holds what the history memory follows cannot have: a
+// key created by then that memory does not hold as created then, or a key
+// last changed by then whose value memory does not hold. Such a list is of
+// another history: etcd restored from a backup without --bump-revision
+// that had passed the revision applied before fencegate listed it. w.mu
+// must be held.
+func (w *Watcher) diverged(kvs []*mvccpb.KeyValue) bool {
+	for _, kv := range kvs {
+		if kv.CreateRevision > w.applied {
+			continue
+		}
+		name, ok := splitKey(w.root, string(kv.Key))
+		if !ok {
+			continue
+		}
+		c, ok := w.cands[name][string(kv.Key)]
+		if !ok || c.createRev != kv.CreateRevision || (kv.ModRevision <= w.applied && c.value != string(kv.Value)) {
+			return true
+		}
+	}
+	return false
+}
+
+// rewound records that etcd's history went back (restored from a backup)
+// from revision had to now: every term up to had is refused, and any later
+// read may be published. w.mu must be held.
+func (w *Watcher) rewound(had, now int64, what string) {
 	w.floor = max(w.floor, had)
 	w.applied = now
-	w.log.Warn("etcd revision went backwards (restored without --bump-revision?): terms up to the revision before are refused, as leaders from before and after the restore may hold the same one; leaders holding one must campaign again",
+	w.log.Warn(what+" (restored without --bump-revision?): terms up to the revision before are refused, as leaders from before and after the restore may hold the same one; leaders holding one must campaign again",
 		"prefix", w.prefix, "had", had, "now", now)
 	for name, t := range w.terms {
 		t.ObservedRev = 0
@@ -348,10 +398,11 @@ func (w *Watcher) applyProgress(rev int64) {
 	w.mu.Unlock()
 }
 
-// applyEvents applies watch events, resolving the leaders of the elections
-// touched at each revision, so a leader that lasted a single revision is
-// still reported.
-func (w *Watcher) applyEvents(evs []*clientv3.Event) {
+// applyEvents applies watch events after revision since (the list's: the
+// watch starts at a revision the list may already hold), resolving the
+// leaders of the elections touched at each revision, so a leader that
+// lasted a single revision is still reported.
+func (w *Watcher) applyEvents(evs []*clientv3.Event, since int64) {
 	w.writeMu.Lock()
 	defer w.writeMu.Unlock()
 	w.mu.Lock()
@@ -367,6 +418,9 @@ func (w *Watcher) applyEvents(evs []*clientv3.Event) {
 		touched = touched[:0]
 	}
 	for _, ev := range evs {
+		if ev.Kv.ModRevision <= since {
+			continue
+		}
 		if ev.Kv.ModRevision != rev {
 			flush()
 			rev = ev.Kv.ModRevision
@@ -499,7 +553,7 @@ func (w *Watcher) Verify(ctx context.Context, name string, token int64) (Term, b
 		w.writeMu.Lock()
 		w.mu.Lock()
 		if rev < w.applied {
-			w.rewound(w.applied, rev)
+			w.rewound(w.applied, rev, "etcd revision went backwards")
 		}
 		w.mu.Unlock()
 		w.writeMu.Unlock()

@@ -188,7 +188,7 @@ func TestWatcherRelistsAfterCompaction(t *testing.T) {
 	listed := make(chan int64)
 	release := make(chan struct{})
 	var once sync.Once
-	w.testHookBeforeWatch = func(rev int64) {
+	w.testHookBeforeList = func(rev int64) {
 		once.Do(func() {
 			listed <- rev
 			<-release
@@ -197,8 +197,8 @@ func TestWatcherRelistsAfterCompaction(t *testing.T) {
 	runWatcher(t, w)
 	listRev := <-listed
 
-	// While the watcher sits between its list and its watch, elect a, hand
-	// over to b and compact the history past the list.
+	// While the watcher sits between its watch and its list, elect a, hand
+	// over to b and compact the history past the watch's revision.
 	a, b := newCandidate(t, c, prefix, "jobs"), newCandidate(t, c, prefix, "jobs")
 	a.campaign(t, "worker-a")
 	errc := b.campaignAsync(t, c, "worker-b")
@@ -218,9 +218,11 @@ func TestWatcherRelistsAfterCompaction(t *testing.T) {
 	}
 	close(release)
 
+	// The list at the watch's revision, compacted meanwhile, fails; the
+	// session starts again with a watch and a list of today's revision.
 	waitFor(t, "leader b after re-list", func() bool { return w.Term("jobs").Rev == b.e.Rev() && w.Synced() })
-	if got := w.lists.Load(); got != 2 {
-		t.Errorf("got %d lists, want 2", got)
+	if got := w.lists.Load(); got != 1 {
+		t.Errorf("got %d lists, want 1 (the first, compacted, failed)", got)
 	}
 	got := w.Term("jobs")
 	want := Term{Election: "jobs", Rev: b.e.Rev(), Leader: "worker-b", Key: b.key, Last: b.e.Rev(), Changes: 1, ObservedRev: got.ObservedRev}

@@ -181,3 +181,59 @@ func (cd *etcdCandidate) resign(t *testing.T) {
 		t.Fatalf("resign: %v", err)
 	}
 }
+
+// ownEtcd starts an embedded etcd of its own (a history of its own: a
+// restore, behind a proxy retargeted to it), stopped when the test ends.
+func ownEtcd(t *testing.T) *embedded.Server {
+	t.Helper()
+	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir(), NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func clientAt(t *testing.T, endpoint string) *clientv3.Client {
+	t.Helper()
+	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func hostOf(srv *embedded.Server) string { return strings.TrimPrefix(srv.ClientURL(), "http://") }
+
+// fillPast puts a key outside the prefix until c's etcd is past rev.
+func fillPast(t *testing.T, c *clientv3.Client, rev int64) int64 {
+	t.Helper()
+	var now int64
+	for now <= rev {
+		r, err := c.Put(t.Context(), "/filler", "x")
+		if err != nil {
+			t.Fatal(err)
+		}
+		now = r.Header.Revision
+	}
+	return now
+}
+
+// awaitFollows elects leaders of election "other" under prefix in c's etcd
+// until w, synced, reports one: w follows that etcd.
+func awaitFollows(t *testing.T, w *Watcher, c *clientv3.Client, prefix string) {
+	t.Helper()
+	for i := 0; ; i++ {
+		if _, err := c.Put(t.Context(), fmt.Sprintf("%s/other/k%d", prefix, i), "new"); err != nil {
+			t.Fatal(err)
+		}
+		if w.Synced() && w.Term("other").HasLeader() {
+			return
+		}
+		if i == 100 {
+			t.Fatal("the watch never followed the restored etcd")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,56 +1,14 @@
 package election
 
 import (
-	"fmt"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
-	"github.com/fencegate/fencegate/election/embedded"
 	"github.com/fencegate/fencegate/election/netfault"
 )
-
-// rt17Etcd starts an embedded etcd of its own (a history of its own),
-// stopped when the test ends.
-func rt17Etcd(t *testing.T) *embedded.Server {
-	t.Helper()
-	srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir(), NoFsync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(srv.Close)
-	return srv
-}
-
-func rt17Client(t *testing.T, endpoint string) *clientv3.Client {
-	t.Helper()
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
-
-func rt17Host(srv *embedded.Server) string { return strings.TrimPrefix(srv.ClientURL(), "http://") }
-
-// rt17Fill puts a key outside the prefix until c's etcd is past rev.
-func rt17Fill(t *testing.T, c *clientv3.Client, rev int64) int64 {
-	t.Helper()
-	var now int64
-	for now <= rev {
-		r, err := c.Put(t.Context(), "/filler", "x")
-		if err != nil {
-			t.Fatal(err)
-		}
-		now = r.Header.Revision
-	}
-	return now
-}
 
 // TestRedTeam17RestoreBetweenListAndWatch: firstStream stops clientv3 from
 // resuming a lost watch on a restored etcd, but a session's list and its
@@ -75,29 +33,29 @@ func rt17Fill(t *testing.T, c *clientv3.Client, rev int64) int64 {
 // or list after the watch is created, or treat any header mismatch as a
 // lost stream); once it follows the restored etcd, jobs has no leader.
 func TestRedTeam17RestoreBetweenListAndWatch(t *testing.T) {
-	before, after := rt17Etcd(t), rt17Etcd(t)
-	proxy, err := netfault.New(rt17Host(before))
+	before, after := ownEtcd(t), ownEtcd(t)
+	proxy, err := netfault.New(hostOf(before))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	oldEtcd, newEtcd := rt17Client(t, before.ClientURL()), rt17Client(t, after.ClientURL())
+	oldEtcd, newEtcd := clientAt(t, before.ClientURL()), clientAt(t, after.ClientURL())
 
 	const prefix = "/rt17gap"
 	old, err := oldEtcd.Put(t.Context(), prefix+"/jobs/old", "old")
 	if err != nil {
 		t.Fatal(err)
 	}
-	had := rt17Fill(t, oldEtcd, old.Header.Revision+10)
+	had := fillPast(t, oldEtcd, old.Header.Revision+10)
 	// The restored etcd: no leader of jobs, and a revision past the old
 	// one's.
-	rt17Fill(t, newEtcd, had+5)
+	fillPast(t, newEtcd, had+5)
 
 	// The default check interval's order of magnitude: a progress request
 	// sent before etcd has moved the new watch (started in the past) to
 	// its synced group is dropped, and a check of 100 ms would sometimes
 	// relist by that accident.
-	viaProxy := rt17Client(t, "http://"+proxy.Addr())
+	viaProxy := clientAt(t, "http://"+proxy.Addr())
 	probe, err := newEtcd.Get(t.Context(), "/filler")
 	if err != nil {
 		t.Fatal(err)
@@ -110,7 +68,7 @@ func TestRedTeam17RestoreBetweenListAndWatch(t *testing.T) {
 	w.testHookBeforeList = func(int64) {
 		// Listed the old etcd; the restore happens now, before the watch.
 		if armed.CompareAndSwap(true, false) {
-			proxy.Retarget(rt17Host(after))
+			proxy.Retarget(hostOf(after))
 			proxy.Drop()
 			proxy.Restore()
 			// Until the client's connection is the restored etcd's.
@@ -136,18 +94,7 @@ func TestRedTeam17RestoreBetweenListAndWatch(t *testing.T) {
 	proxy.Restore()
 	waitFor(t, "the restore between a list and its watch", swapped.Load)
 
-	for i := 0; ; i++ {
-		if _, err := newEtcd.Put(t.Context(), fmt.Sprintf("%s/other/k%d", prefix, i), "new"); err != nil {
-			t.Fatal(err)
-		}
-		if w.Synced() && w.Term("other").HasLeader() {
-			break
-		}
-		if i == 100 {
-			t.Fatal("the watch never followed the restored etcd")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	awaitFollows(t, w, newEtcd, prefix)
 	// Give a relist every chance to happen: several check intervals.
 	time.Sleep(3 * time.Second)
 	keys, err := newEtcd.Get(t.Context(), prefix+"/jobs/", clientv3.WithPrefix(), clientv3.WithCountOnly())
@@ -179,13 +126,13 @@ func TestRedTeam17RestoreBetweenListAndWatch(t *testing.T) {
 // (a key existing at revision N with create revision <= N must have been a
 // candidate at N). Expected: the term is refused (no leader, Verify false).
 func TestRedTeam17RestoredPastRevisionReissuesTerm(t *testing.T) {
-	before, after := rt17Etcd(t), rt17Etcd(t)
-	proxy, err := netfault.New(rt17Host(before))
+	before, after := ownEtcd(t), ownEtcd(t)
+	proxy, err := netfault.New(hostOf(before))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	oldEtcd, newEtcd := rt17Client(t, before.ClientURL()), rt17Client(t, after.ClientURL())
+	oldEtcd, newEtcd := clientAt(t, before.ClientURL()), clientAt(t, after.ClientURL())
 
 	const prefix = "/rt17reissue"
 	old, err := oldEtcd.Put(t.Context(), prefix+"/jobs/old-leader", "old")
@@ -203,32 +150,21 @@ func TestRedTeam17RestoredPastRevisionReissuesTerm(t *testing.T) {
 		t.Fatalf("setup: the new history's leader key got revision %d, want %d", cur.Header.Revision, term)
 	}
 
-	w := startWatcher(t, rt17Client(t, "http://"+proxy.Addr()), WatcherConfig{Prefix: prefix})
+	w := startWatcher(t, clientAt(t, "http://"+proxy.Addr()), WatcherConfig{Prefix: prefix})
 	waitFor(t, "the old history's leader", func() bool { return w.Term("jobs").Leader == "old" })
-	had := rt17Fill(t, oldEtcd, term+10)
+	had := fillPast(t, oldEtcd, term+10)
 	waitFor(t, "the watch at the old history's last revision", func() bool {
 		w.mu.RLock()
 		defer w.mu.RUnlock()
 		return w.applied >= had
 	})
 
-	rt17Fill(t, newEtcd, had+5)
-	proxy.Retarget(rt17Host(after))
+	fillPast(t, newEtcd, had+5)
+	proxy.Retarget(hostOf(after))
 	proxy.Drop()
 	proxy.Restore()
 
-	for i := 0; ; i++ {
-		if _, err := newEtcd.Put(t.Context(), fmt.Sprintf("%s/other/k%d", prefix, i), "new"); err != nil {
-			t.Fatal(err)
-		}
-		if w.Synced() && w.Term("other").HasLeader() {
-			break
-		}
-		if i == 100 {
-			t.Fatal("the watch never followed the restored etcd")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	awaitFollows(t, w, newEtcd, prefix)
 	got := w.Term("jobs")
 	_, held, err := w.Verify(t.Context(), "jobs", term)
 	if err != nil {

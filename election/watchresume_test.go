@@ -1,15 +1,10 @@
 package election
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
-
-	"github.com/fencegate/fencegate/election/embedded"
 	"github.com/fencegate/fencegate/election/netfault"
 )
 
@@ -26,36 +21,20 @@ import (
 // The restore is a second etcd with a history of its own, behind the same
 // address (a TCP proxy retargeted to it).
 func TestWatchResumedOnRestoredEtcdListsAgain(t *testing.T) {
-	start := func() *embedded.Server {
-		srv, err := embedded.Start(t.Context(), embedded.Config{Dir: t.TempDir(), NoFsync: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(srv.Close)
-		return srv
-	}
-	client := func(endpoint string) *clientv3.Client {
-		c, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	before, after := start(), start()
-	proxy, err := netfault.New(strings.TrimPrefix(before.ClientURL(), "http://"))
+	before, after := ownEtcd(t), ownEtcd(t)
+	proxy, err := netfault.New(hostOf(before))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	oldEtcd, newEtcd := client(before.ClientURL()), client(after.ClientURL())
+	oldEtcd, newEtcd := clientAt(t, before.ClientURL()), clientAt(t, after.ClientURL())
 
 	const prefix = "/resume"
 	old, err := oldEtcd.Put(t.Context(), prefix+"/jobs/old", "old")
 	if err != nil {
 		t.Fatal(err)
 	}
-	w := startWatcher(t, client("http://"+proxy.Addr()), WatcherConfig{Prefix: prefix})
+	w := startWatcher(t, clientAt(t, "http://"+proxy.Addr()), WatcherConfig{Prefix: prefix})
 	waitFor(t, "the old history's leader", func() bool { return w.Term("jobs").Rev == old.Header.Revision })
 	var had int64
 	for range 10 {
@@ -73,32 +52,14 @@ func TestWatchResumedOnRestoredEtcdListsAgain(t *testing.T) {
 
 	// The restored etcd: no leader of jobs, and a revision past the old
 	// one's.
-	var rev int64
-	for rev <= had+5 {
-		r, err := newEtcd.Put(t.Context(), "/filler", "y")
-		if err != nil {
-			t.Fatal(err)
-		}
-		rev = r.Header.Revision
-	}
-	proxy.Retarget(strings.TrimPrefix(after.ClientURL(), "http://"))
+	rev := fillPast(t, newEtcd, had+5)
+	proxy.Retarget(hostOf(after))
 	proxy.Drop()
 	proxy.Restore()
 
 	// The watch follows the new history again once it sees a new
 	// election begin there.
-	for i := 0; ; i++ {
-		if _, err := newEtcd.Put(t.Context(), fmt.Sprintf("%s/other/k%d", prefix, i), "new"); err != nil {
-			t.Fatal(err)
-		}
-		if w.Synced() && w.Term("other").HasLeader() {
-			break
-		}
-		if i == 100 {
-			t.Fatal("the watch never followed the restored etcd")
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	awaitFollows(t, w, newEtcd, prefix)
 	if got := w.Term("jobs"); got.HasLeader() {
 		t.Fatalf("etcd restored at revision %d (it had reached %d before) without jobs' leader key; the watch "+
 			"resumed on it and still holds the old history's leader: %+v", rev, had, got)
@@ -116,12 +77,7 @@ func TestWatchLostStreamUnsyncsAtOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { proxy.Close() })
-	c, err := clientv3.New(clientv3.Config{Endpoints: []string{"http://" + proxy.Addr()}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	w := startWatcher(t, c, WatcherConfig{Prefix: testPrefix(t), CheckInterval: time.Hour})
+	w := startWatcher(t, clientAt(t, "http://"+proxy.Addr()), WatcherConfig{Prefix: testPrefix(t), CheckInterval: time.Hour})
 	proxy.Drop()
 	waitFor(t, "the watcher to say it no longer follows etcd", func() bool { return !w.Fresh("jobs") })
 	proxy.Restore()

@@ -77,14 +77,12 @@ func leaseReplica(t *testing.T, leaseAddr, dataRedis string) (*replica, *redisle
 			return isLease(fence) && (backend == proxy.BackendPostgres || !sameRedis)
 		},
 	}
-	if sameRedis {
-		rc.redisLeases = func(fence string) (redis.LeaseKeys, bool) {
-			if !isLease(fence) {
-				return redis.LeaseKeys{}, false
-			}
-			k := src.Keys(fence)
-			return redis.LeaseKeys{Lease: k.Lease, Counter: k.Counter}, true
+	rc.redisLeases = func(fence string) (redis.LeaseKeys, bool) {
+		if !isLease(fence) {
+			return redis.LeaseKeys{}, false
 		}
+		k := src.Keys(fence)
+		return redis.LeaseKeys{Lease: k.Lease, Counter: k.Counter, Elsewhere: !sameRedis}, true
 	}
 	return startReplicaWith(t, rc), src, c
 }

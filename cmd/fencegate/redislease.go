@@ -1,11 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -78,14 +81,7 @@ func openRedisLease(ctx context.Context, cfg serveConfig, log *slog.Logger) (*re
 	if err := redis.CheckAddr(addr, cfg.Redis.TLS); err != nil {
 		return nil, fmt.Errorf("redis-lease: %w", err)
 	}
-	client := goredis.NewClient(&goredis.Options{
-		Addr: addr, Protocol: 2, MaxRetries: -1,
-		DialTimeout: cfg.Redis.DialTimeout, ReadTimeout: cfg.Redis.ReadTimeout, WriteTimeout: cfg.Redis.WriteTimeout,
-		ContextTimeoutEnabled: true,
-		TLSConfig:             cfg.Redis.TLS, Username: cfg.Redis.Username, Password: cfg.Redis.Password,
-		DisableIdentity:          true,
-		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
-	})
+	client := leaseClient(cfg, addr)
 	pctx, cancel := context.WithTimeout(ctx, cfg.Redis.DialTimeout)
 	defer cancel()
 	if err := client.Ping(pctx).Err(); err != nil {
@@ -99,25 +95,71 @@ func openRedisLease(ctx context.Context, cfg serveConfig, log *slog.Logger) (*re
 		_ = client.Close()
 		return nil, err
 	}
-	return &redisLease{src: src, client: client, addr: addr, sameRedis: addr == cfg.RedisAddr}, nil
+	same := addr == cfg.RedisAddr
+	if !same && cfg.RedisAddr != "" {
+		same = sameServer(pctx, client, cfg, log)
+	}
+	return &redisLease{src: src, client: client, addr: addr, sameRedis: same}, nil
+}
+
+func leaseClient(cfg serveConfig, addr string) *goredis.Client {
+	return goredis.NewClient(&goredis.Options{
+		Addr: addr, Protocol: 2, MaxRetries: -1,
+		DialTimeout: cfg.Redis.DialTimeout, ReadTimeout: cfg.Redis.ReadTimeout, WriteTimeout: cfg.Redis.WriteTimeout,
+		ContextTimeoutEnabled: true,
+		TLSConfig:             cfg.Redis.TLS, Username: cfg.Redis.Username, Password: cfg.Redis.Password,
+		DisableIdentity:          true,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+}
+
+// sameServer reports whether the leases' Redis, reached at another
+// address than --redis-addr, is the backend's Redis all the same
+// (localhost and 127.0.0.1, a DNS name and its address): the same run_id
+// in INFO server. When it cannot tell, it says no: the lease is then read
+// before each write, as for a Redis of its own, and its keys are refused
+// in writes either way.
+func sameServer(ctx context.Context, leases *goredis.Client, cfg serveConfig, log *slog.Logger) bool {
+	backend := leaseClient(cfg, cfg.RedisAddr)
+	defer backend.Close()
+	a, errA := runID(ctx, leases)
+	b, errB := runID(ctx, backend)
+	if err := cmp.Or(errA, errB); err != nil {
+		log.Info("redis-lease: cannot tell whether --redis-lease-addr is the backend's Redis; the lease is read before each write",
+			"redis-lease-addr", cfg.RedisLease.Addr, "redis-addr", cfg.RedisAddr, "err", err)
+		return false
+	}
+	return a == b
+}
+
+// runID is a Redis server's run_id (INFO server): a random name for the
+// life of its process.
+func runID(ctx context.Context, c *goredis.Client) (string, error) {
+	info, err := c.Info(ctx, "server").Result()
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(info) {
+		if id, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok && id != "" {
+			return id, nil
+		}
+	}
+	return "", errors.New("INFO server has no run_id")
 }
 
 func (l *redisLease) isLease(fence string) bool {
 	return l.kindOf != nil && l.kindOf(fence) == election.SourceRedisLease
 }
 
-// leases names the lease keys of a fence the Redis backend checks in its
-// script; nil when the leases are in another Redis.
+// leases names the lease keys of a fence, which the Redis backend refuses
+// in writes, and checks in its script when the leases are in its Redis.
 func (l *redisLease) leases() func(string) (redis.LeaseKeys, bool) {
-	if !l.sameRedis {
-		return nil
-	}
 	return func(fence string) (redis.LeaseKeys, bool) {
 		if !l.isLease(fence) {
 			return redis.LeaseKeys{}, false
 		}
 		k := l.src.Keys(fence)
-		return redis.LeaseKeys{Lease: k.Lease, Counter: k.Counter}, true
+		return redis.LeaseKeys{Lease: k.Lease, Counter: k.Counter, Elsewhere: !l.sameRedis}, true
 	}
 }
 

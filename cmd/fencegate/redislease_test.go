@@ -116,3 +116,51 @@ func TestRedisLeaseFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestServeRedisLeaseKeysRefusedAtAnotherAddress: the leases' Redis named
+// by another address than the backend's (localhost, 127.0.0.1) is the
+// same Redis. With lease keys that carry the fence's hash tag, a writer
+// of the fence could then write its own lease's counter through fencegate
+// and hand itself the next token. The keys are refused whatever the
+// addresses, and the two are found to be one Redis (INFO's run_id).
+func TestServeRedisLeaseKeysRefusedAtAnotherAddress(t *testing.T) {
+	e := newSecureEnv(t)
+	rd, err := redisthrowaway.Start(t.Context(), redisthrowaway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rd.Close() })
+	addr := freeport.Addr(t)
+	rhost, rport, _ := strings.Cut(rd.Addr(), ":")
+	e.serveGateway(t, "--redis-addr="+rd.Addr(), "--redis-lease-addr=localhost:"+rport, "--redis-listen-addr="+addr,
+		"--term-sources=lease-*=redis-lease", "--redis-lease-key={%s}:lease", "--redis-lease-counter={%s}:lease:token")
+	host, port, _ := strings.Cut(addr, ":")
+	const fence = "lease-s"
+	seed := func(args ...string) string {
+		t.Helper()
+		return redisCli(t, append([]string{"-h", rhost, "-p", rport}, args...)...)
+	}
+	if got := seed("SET", "{"+fence+"}:lease", "worker-a", "NX", "PX", "60000"); got != "OK" {
+		t.Fatalf("SET NX: got %q", got)
+	}
+	tok := seed("INCR", "{"+fence+"}:lease:token")
+	for _, cmd := range [][]string{
+		{"SET", "{" + fence + "}:lease:token", "1000"},
+		{"SET", "{" + fence + "}:lease", "worker-z", "PX", "600000"},
+	} {
+		got := redisCli(t, append([]string{"-h", host, "-p", port, "--user", fence, "--pass", tok}, cmd...)...)
+		if !strings.HasPrefix(got, "INVALID_REQUEST ") {
+			t.Errorf("%v through fencegate with the lease holder's token: got %q, want INVALID_REQUEST", cmd, got)
+		}
+	}
+	if got := seed("GET", "{"+fence+"}:lease:token"); got != tok {
+		t.Errorf("the lease's counter: got %s, want %s (untouched)", got, tok)
+	}
+	if got := seed("GET", "{"+fence+"}:lease"); got != "worker-a" {
+		t.Errorf("the lease: got %s, want worker-a (untouched)", got)
+	}
+	// The holder's own writes pass, checked in the script (one Redis).
+	if got := redisCli(t, "-h", host, "-p", port, "--user", fence, "--pass", tok, "SET", "{"+fence+"}:k", "v"); got != "OK" {
+		t.Errorf("the lease holder's write: got %q, want OK", got)
+	}
+}

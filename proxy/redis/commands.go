@@ -422,19 +422,13 @@ func (p *plan) seal() {
 	p.cmd = append(p.cmd, p.args...)
 }
 
-// withLease makes p a write of a lease fence: its lease and counter keys
-// go last in KEYS, for leaseCheck. A command naming either is refused: a
-// client must not take or end a lease through fencegate.
-func (p *plan) withLease(fence string, t tokens.Token, lk LeaseKeys) *tokens.RefusalError {
-	for _, k := range p.keys[1:] {
-		if k == any(lk.Lease) || k == any(lk.Counter) {
-			return tokens.Refuse(tokens.ReasonInvalidRequest, fence, t,
-				"key %q is the fence's lease (see --redis-lease-key, --redis-lease-counter); it is not written through fencegate", k)
-		}
-	}
+// withLease makes p a write of a lease fence whose lease is in this Redis:
+// its lease and counter keys go last in KEYS, for leaseCheck. (check has
+// refused any command naming either: a client must not take or end a
+// lease through fencegate.)
+func (p *plan) withLease(lk LeaseKeys) {
 	p.keys = append(p.keys, lk.Lease, lk.Counter)
 	p.lease = true
-	return nil
 }
 
 // Positions in plan.args and the script's ARGV (1-based there).
@@ -468,6 +462,10 @@ func (b *Backend) check(p *plan, fence string, t tokens.Token, cmds [][]string) 
 	p.args[argMaxValue] = b.maxValueArg
 	p.args[argMaxReply] = b.maxReplyArg
 	written, read := &p.written, &p.read
+	var lease LeaseKeys
+	if b.cfg.Leases != nil {
+		lease, _ = b.cfg.Leases(fence)
+	}
 	snapshot := true
 	for i, c := range cmds {
 		if len(c) == 0 || c[0] == "" {
@@ -508,6 +506,10 @@ func (b *Backend) check(p *plan, fence string, t tokens.Token, cmds [][]string) 
 			if strings.HasPrefix(key, reservedPrefix) {
 				return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i,
 					"key %q: keys starting with %q are reserved for fencegate", key, reservedPrefix)
+			}
+			if key != "" && (key == lease.Lease || key == lease.Counter) {
+				return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i,
+					"key %q is the fence's lease (see --redis-lease-key, --redis-lease-counter); it is not written through fencegate", key)
 			}
 			if !taggedWith(key, fence) {
 				return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i,

@@ -58,9 +58,10 @@ type Config struct {
 	Username string
 	Password string
 	// Leases, when set, names the lease keys of the fences whose terms
-	// come from a lease held in this same Redis (--term-sources=...=
-	// redis-lease): their writes check the lease in the fenced script
-	// itself (see Exec). ok false for every other fence, whose writes are
+	// come from a Redis lease (--term-sources=...=redis-lease). Commands
+	// may not name them; and when the lease is held in this same Redis
+	// (not Elsewhere), the write checks it in the fenced script itself
+	// (see Exec). ok false for every other fence, whose writes are
 	// unchanged. It is called on every write, so it must be cheap; it
 	// comes from configuration, never from a client.
 	Leases func(fence string) (keys LeaseKeys, ok bool)
@@ -68,9 +69,14 @@ type Config struct {
 
 // LeaseKeys are a lease fence's keys: the lease (SET NX PX by its holder)
 // and the counter (INCR on each acquisition: the token). Commands may not
-// name either.
+// name either, in this Redis or not: whether two addresses are one Redis
+// is not always known (localhost and 127.0.0.1), and writing them where
+// the leases are would let a writer take a lease or forge a token.
 type LeaseKeys struct {
 	Lease, Counter string
+	// Elsewhere: the lease is in another Redis, read before each write
+	// (proxy.Options.ReadBeforeUse); the script does not check it.
+	Elsewhere bool
 }
 
 // defaultPoolSize is DefaultConfig's PoolSize.

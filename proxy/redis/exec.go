@@ -68,15 +68,16 @@ func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [
 // (leaseScript for a fence of a Redis lease).
 func (b *Backend) planOf(p *plan, fence string, t tokens.Token, cmds [][]string) *tokens.RefusalError {
 	r := b.check(p, fence, t, cmds)
-	if r == nil && b.cfg.Leases != nil {
-		if lk, ok := b.cfg.Leases(fence); ok {
-			r = p.withLease(fence, t, lk)
+	if r != nil {
+		return r
+	}
+	if b.cfg.Leases != nil {
+		if lk, ok := b.cfg.Leases(fence); ok && !lk.Elsewhere {
+			p.withLease(lk)
 		}
 	}
-	if r == nil {
-		p.seal()
-	}
-	return r
+	p.seal()
+	return nil
 }
 
 // maxBatch bounds the writes sent in one round trip.

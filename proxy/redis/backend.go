@@ -87,7 +87,34 @@ func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 		_ = b.client.Close()
 		return nil, err
 	}
+	if err := b.checkEviction(ctx); err != nil {
+		_ = b.client.Close()
+		return nil, err
+	}
 	return b, nil
+}
+
+// checkEviction fails when Redis may evict any key once full
+// (maxmemory-policy allkeys-*): a fence's high-water mark, a key with no
+// expiry, would go with the rest, and a stale token would then be
+// accepted. A writer of another fence could make that happen by filling
+// Redis. noeviction and the volatile-* policies, which evict only keys
+// with an expiry, keep the marks. Redis's policy may be changed at run
+// time: keep it so (docs/SECURITY.md).
+func (b *Backend) checkEviction(ctx context.Context) error {
+	info, err := b.client.Info(ctx, "memory").Result()
+	if err != nil {
+		return fmt.Errorf("redis: cannot read the maxmemory-policy of %s (INFO memory: %w); fencegate needs it to know its high-water marks cannot be evicted: grant its user +info (docs/SECURITY.md)",
+			b.addr, oneLine(err))
+	}
+	for line := range strings.Lines(info) {
+		policy, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:")
+		if ok && strings.HasPrefix(policy, "allkeys-") {
+			return fmt.Errorf("redis: %s evicts any key when full (maxmemory-policy %s): fences' high-water marks could be evicted and stale tokens accepted; use noeviction or a volatile-* policy",
+				b.addr, policy)
+		}
+	}
+	return nil
 }
 
 // aclScript lists the commands of the fenced write's own bookkeeping that

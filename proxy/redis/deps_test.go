@@ -16,10 +16,10 @@ import (
 
 // minimalACL is the rule set docs/SECURITY.md gives fencegate's own Redis
 // user (after "ACL SETUSER fencegate on >secret"): the commands the
-// backend sends (PING, EVALSHA, EVAL, GET, SCAN), those its script runs
+// backend sends (PING, INFO, EVALSHA, EVAL, GET, SCAN), those its script runs
 // around the caller's (DUMP, PEXPIRETIME, RESTORE, DEL, STRLEN, GET, HGET,
 // SET), and the default allowlist. Keep the two in step.
-const minimalACL = "resetkeys ~* resetchannels -@all +ping +evalsha +eval +scan +dump +pexpiretime +restore " +
+const minimalACL = "resetkeys ~* resetchannels -@all +ping +info +evalsha +eval +scan +dump +pexpiretime +restore " +
 	"+append +decr +decrby +del +exists +expire +expireat +get +getdel +getex +getrange +getset " +
 	"+hdel +hexists +hget +hgetall +hincrby +hincrbyfloat +hkeys +hlen +hmget +hmset +hset +hsetnx +hvals " +
 	"+incr +incrby +incrbyfloat +lindex +linsert +llen +lmove +lpop +lpush +lpushx +lrange +lrem +lset +ltrim " +
@@ -30,7 +30,7 @@ const minimalACL = "resetkeys ~* resetchannels -@all +ping +evalsha +eval +scan 
 
 // backendCommands are what the backend sends or its script runs besides
 // the caller's commands.
-var backendCommands = []string{"ping", "evalsha", "eval", "scan", "get", "dump", "pexpiretime", "restore", "del", "strlen", "hget", "set"}
+var backendCommands = []string{"ping", "info", "evalsha", "eval", "scan", "get", "dump", "pexpiretime", "restore", "del", "strlen", "hget", "set"}
 
 // TestDepsACLCoversAllowlist keeps minimalACL in step with the code: it
 // grants exactly the default allowlist and the backend's own commands.

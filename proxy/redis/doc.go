@@ -117,7 +117,10 @@
 //     allocate as much as they copy. A read's reply is built inside Redis
 //     before the script weighs it, so reading a large key costs Redis that
 //     memory for the moment, though the reply never leaves it. Bound the
-//     whole with Redis's maxmemory.
+//     whole with Redis's maxmemory, and a maxmemory-policy that keeps keys
+//     without an expiry (noeviction, volatile-*): the high-water marks are
+//     such keys, and an evicted mark would let a stale token through. Open
+//     refuses a Redis whose policy is allkeys-*.
 //   - Replies pass through Lua: scores come back as the strings Redis
 //     sends, and an integer reply beyond ±2^53 of a command other than
 //     the INCR family and HINCRBY refuses the write (see above).

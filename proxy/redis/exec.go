@@ -219,6 +219,12 @@ func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, er
 			k, _ := reply[3].(string)
 			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "exact expiry",
 				"the expiry of key %q is 2^53 ms or more after the Unix epoch, beyond what the script can snapshot exactly for a rollback (nothing written)", k)
+		case limitRollback:
+			k, _ := reply[3].(string)
+			r := tokens.Refuse(tokens.ReasonStatementFailed, fence, t,
+				"fencegate's Redis user may not RESTORE or DEL key %q, which rolling this write back would need (nothing written; grant them, docs/SECURITY.md)", k)
+			r.Metadata = map[string]string{"error": "NOPERM"}
+			return nil, r
 		case limitValue:
 			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "MaxValueBytes",
 				"the value would grow to %d bytes, over the limit of %d (rolled back)", size, b.cfg.MaxValueBytes)

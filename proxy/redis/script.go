@@ -23,6 +23,9 @@ const (
 	limitReply   = "reply"   // the replies so far are over MaxReplyBytes
 	limitInteger = "integer" // an integer reply beyond ±2^53, not exact in Lua
 	limitExpiry  = "expiry"  // a written key expires 2^53 ms or more after the epoch
+	// limitRollback: the user may not RESTORE or DEL a written key, which
+	// a rollback of the write would need (an ACL that differs by key).
+	limitRollback = "rollback"
 )
 
 // fenceScript is the fenced write. KEYS[1] is the token key, then the
@@ -98,6 +101,9 @@ local maxReply = tonumber(ARGV[4])
 local exactLimit = 9007199254740992 -- 2^53
 local dumps, expiries = {}, {}
 for i = 2, nw + 1 do
+  if not (redis.acl_check_cmd('RESTORE', KEYS[i], '0', 'x', 'REPLACE', 'ABSTTL') and redis.acl_check_cmd('DEL', KEYS[i])) then
+    return {4, 0, 'rollback', KEYS[i]}
+  end
   local d = redis.call('DUMP', KEYS[i])
   dumps[i] = d
   if d then

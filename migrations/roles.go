@@ -13,6 +13,10 @@ import (
 // that statements must not run as: one that reaches past its own tables.
 var ErrUnsafeRole = errors.New("migrations: unsafe role")
 
+// ErrNoRole is the error of CheckWriterRole and GrantRole for a role that
+// does not exist.
+var ErrNoRole = errors.New("migrations: no such role")
+
 // CheckWriterRole checks that statements may safely run as role, with
 // fencegate logged in as login, on conn's database: both exist, differ,
 // and role is not named pg_* or fencegate_*, and is neither a superuser
@@ -24,7 +28,7 @@ var ErrUnsafeRole = errors.New("migrations: unsafe role")
 // its login is a member of, so whatever role reaches, every write as any
 // role of login's reaches too. It does not check that login is a member
 // of role (see GrantRole). Errors are one line, wrapping ErrUnsafeRole for an unsafe
-// role.
+// role and ErrNoRole for a missing one.
 func CheckWriterRole(ctx context.Context, conn *pgx.Conn, login, role string) error {
 	if err := checkWriterRole(ctx, conn, login, role); err != nil {
 		return err
@@ -55,7 +59,7 @@ func checkWriterRole(ctx context.Context, conn *pgx.Conn, login, role string) er
 			return fmt.Errorf("migrations: check role %q: %w", r, err)
 		}
 		if !exists {
-			return fmt.Errorf("migrations: role %q does not exist: create it first (CREATE ROLE ... NOLOGIN for a writer role)", r)
+			return fmt.Errorf("%w: role %q does not exist: create it first (CREATE ROLE ... NOLOGIN for a writer role)", ErrNoRole, r)
 		}
 	}
 	// The first of the role's own attributes and memberships that reach

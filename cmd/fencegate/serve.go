@@ -205,7 +205,12 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
-		return pg.CheckRoles(cctx, p.Roles())
+		err := pg.CheckRoles(cctx, p.Roles())
+		if errors.Is(err, postgres.ErrRolesUnsafe) {
+			return policy.Refused(err)
+		}
+		// PostgreSQL did not answer: the policy store tries the file again.
+		return err
 	})
 	if err != nil {
 		return err

@@ -6,7 +6,10 @@
 // Guarantees: a Policy is immutable and validated as a whole, so a rule is
 // never half read; Decide does not allocate; a Store swaps whole policies
 // atomically and keeps the policy in force when a new file cannot be read,
-// is invalid, or the caller's Check refuses it.
+// is invalid, or the caller's Check fails it. A file that failed for a
+// reason that may pass (it could not be read, Check could not decide) is
+// tried again at every poll until it loads; an invalid or refused one only
+// once it changes.
 //
 // Not guaranteed: that a postgres_role exists or that fencegate may SET ROLE
 // to it. That is the database's to say, checked by the caller (Check) and at

@@ -4,9 +4,11 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -247,6 +249,164 @@ func TestStoreCheck(t *testing.T) {
 
 	if _, err := NewStore(f.path, StoreOptions{Check: check}); !errors.Is(err, refuse) {
 		t.Errorf("NewStore with a policy Check refuses: error %v, want %v", err, refuse)
+	}
+}
+
+// TestStoreRetry: a file Check could not decide on (the database did not
+// answer) is tried again at every poll until it loads, reported once; one
+// it refused, like an invalid one, waits for a change or a Reload.
+func TestStoreRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		unavailable := errors.New("database: timeout")
+		var (
+			mu      sync.Mutex
+			down    bool // Check cannot decide
+			refuse  bool // Check refuses role_b
+			checked int  // Check calls for a policy with role_b
+		)
+		check := func(p *Policy) error {
+			mu.Lock()
+			defer mu.Unlock()
+			if !slices.Contains(p.Roles(), "role_b") {
+				return nil
+			}
+			checked++
+			switch {
+			case down:
+				return fmt.Errorf("check roles: %w", unavailable)
+			case refuse:
+				return Refused(errors.New("role_b: unsafe"))
+			}
+			return nil
+		}
+		set := func(d, r bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			down, refuse, checked = d, r, 0
+		}
+		calls := func() int {
+			mu.Lock()
+			defer mu.Unlock()
+			return checked
+		}
+		f := newStoreFixture(t, policyA, StoreOptions{Interval: time.Second, Check: check})
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- f.store.Run(ctx) }()
+		tick := func() {
+			time.Sleep(time.Second)
+			synctest.Wait()
+		}
+
+		// The database is down when policy B arrives: tried at every poll,
+		// reported once, in force as soon as the database answers.
+		set(true, false)
+		f.write(t, policyB)
+		for range 5 {
+			tick()
+		}
+		if got, want := f.role(), "role_a"; got != want {
+			t.Errorf("while Check cannot decide: role = %q, want %q (the old policy)", got, want)
+		}
+		if got, want := calls(), 5; got != want {
+			t.Errorf("Check calls in 5 polls while it cannot decide = %d, want %d", got, want)
+		}
+		f.wantMetrics(t, storeMetricValues{failure: 1, valid: 0, rules: 1})
+		if lines := f.log.lines(); len(lines) != 1 || !strings.Contains(lines[0], "retry=true") {
+			t.Errorf("log after 5 polls that could not check = %q, want one line with retry=true", lines)
+		}
+		set(false, false)
+		tick()
+		if got, want := f.role(), "role_b"; got != want {
+			t.Errorf("once Check decides: role = %q, want %q", got, want)
+		}
+		f.wantMetrics(t, storeMetricValues{success: 1, failure: 1, valid: 1, rules: 2})
+
+		// A Reload (SIGHUP) that cannot check is tried again by Run too,
+		// without a second line.
+		f.write(t, policyA)
+		tick()
+		set(true, false)
+		f.write(t, policyB)
+		if err := f.store.Reload(); !errors.Is(err, unavailable) {
+			t.Errorf("Reload while Check cannot decide: error %v, want %v", err, unavailable)
+		}
+		tick()
+		f.wantMetrics(t, storeMetricValues{success: 2, failure: 2, valid: 0, rules: 1})
+		set(false, false)
+		tick()
+		if got, want := f.role(), "role_b"; got != want {
+			t.Errorf("after a Reload that could not check: role = %q, want %q", got, want)
+		}
+		f.wantMetrics(t, storeMetricValues{success: 3, failure: 2, valid: 1, rules: 2})
+
+		// Refused: one try, one line, no retry even once Check would pass;
+		// a Reload puts it in force.
+		f.write(t, policyA)
+		tick()
+		set(false, true)
+		f.write(t, policyB)
+		for range 5 {
+			tick()
+		}
+		if got, want := calls(), 1; got != want {
+			t.Errorf("Check calls in 5 polls of a refused file = %d, want %d", got, want)
+		}
+		f.wantMetrics(t, storeMetricValues{success: 4, failure: 3, valid: 0, rules: 1})
+		set(false, false)
+		tick()
+		if got, want := f.role(), "role_a"; got != want {
+			t.Errorf("a refused file, unchanged: role = %q, want %q (not tried again)", got, want)
+		}
+		if err := f.store.Reload(); err != nil {
+			t.Errorf("Reload once Check passes: %v", err)
+		}
+		if got, want := f.role(), "role_b"; got != want {
+			t.Errorf("after Reload: role = %q, want %q", got, want)
+		}
+
+		// A file that cannot be read: reported once, then read at every
+		// poll; the same content back loads again.
+		if err := os.Remove(f.path); err != nil {
+			t.Fatal(err)
+		}
+		for range 3 {
+			tick()
+		}
+		f.wantMetrics(t, storeMetricValues{success: 5, failure: 4, valid: 0, rules: 2})
+		f.write(t, policyB)
+		tick()
+		f.wantMetrics(t, storeMetricValues{success: 6, failure: 4, valid: 1, rules: 2})
+
+		lines := f.log.lines()
+		wantRetry := []bool{true, true, false, true}
+		if len(lines) != len(wantRetry) {
+			t.Fatalf("log = %q, want %d lines", lines, len(wantRetry))
+		}
+		for i, l := range lines {
+			if got := strings.Contains(l, "retry=true"); got != wantRetry[i] {
+				t.Errorf("log line %d %q: retry=true %v, want %v", i, l, got, wantRetry[i])
+			}
+		}
+
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run after cancel = %v, want nil", err)
+		}
+	})
+}
+
+func TestRefused(t *testing.T) {
+	cause := errors.New("role r: unsafe")
+	err := Refused(cause)
+	if !errors.Is(err, ErrRefused) || !errors.Is(err, cause) {
+		t.Errorf("Refused(%v) = %v, want one matching ErrRefused and the cause", cause, err)
+	}
+	if got, want := errString(err), cause.Error(); got != want {
+		t.Errorf("Refused(%v) reads %q, want %q", cause, got, want)
+	}
+	if err := Refused(nil); err != nil {
+		t.Errorf("Refused(nil) = %v, want nil", err)
 	}
 }
 

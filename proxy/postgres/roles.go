@@ -12,7 +12,8 @@ import (
 )
 
 // ErrRolesUnsafe is returned by CheckRoles when statements could not be
-// kept to the roles they run as.
+// kept to the roles they run as. Every refusal of CheckRoles wraps it; its
+// other errors say that it could not check (the database did not answer).
 var ErrRolesUnsafe = errors.New("postgres: statements cannot be kept to their roles")
 
 // CheckRoles checks that fencegate, as the login it serves as, can run
@@ -54,6 +55,9 @@ func (b *Backend) CheckRoles(ctx context.Context, roles []string) error {
 	}
 	for _, role := range roles {
 		if err := migrations.CheckWriterRole(ctx, conn.Conn(), login, role); err != nil {
+			if errors.Is(err, migrations.ErrUnsafeRole) || errors.Is(err, migrations.ErrNoRole) {
+				return fmt.Errorf("%w: postgres_role %q on %s: %w", ErrRolesUnsafe, role, b.host, err)
+			}
 			return fmt.Errorf("postgres: postgres_role %q on %s: %w", role, b.host, err)
 		}
 		var member bool

@@ -110,10 +110,11 @@ func (a *Authenticator) certCaller(state *tls.ConnectionState, peer net.Addr) *p
 	if !a.clientCerts || state == nil || len(state.VerifiedChains) == 0 || len(state.VerifiedChains[0]) == 0 {
 		return nil
 	}
-	// The handshake checked the chain's validity once; a connection kept
-	// open (gRPC's for days, HTTP keep-alive) outlives it. Checked against
-	// time.Now, as a new handshake is (WithClock is the reload's clock).
-	if why := chainsInvalid(state.VerifiedChains, time.Now()); why != "" {
+	// The handshake checked the chain once; a connection kept open
+	// (gRPC's for days, HTTP keep-alive) outlives it, its certificates'
+	// dates and a reload that removed its CA. Checked against time.Now,
+	// as a new handshake is (WithClock is the reload's clock).
+	if why := ChainsInvalid(state.VerifiedChains, time.Now()); why != "" {
 		return &policy.Caller{Peer: peer, AuthError: why}
 	}
 	p := a.names.of(state.VerifiedChains[0][0])

@@ -296,12 +296,17 @@ func TestIdentifyTrustsOnlyVerifiedChains(t *testing.T) {
 }
 
 // TestIdentifyCertAllocs: naming a caller by a known certificate allocates
-// the Caller and nothing else.
+// the Caller and nothing else, looking its CA up among the trust anchors
+// of a ServerTLS's bundle included.
 func TestIdentifyCertAllocs(t *testing.T) {
 	ca := authtest.NewCA(t, "allocs")
 	log, _ := newLog()
 	a, err := auth.NewAuthenticator(true, "", log)
 	if err != nil {
+		t.Fatal(err)
+	}
+	srv := ca.Localhost(t, "srv")
+	if _, err := auth.NewServerTLS(tlsFiles(t, srv.CertPEM, srv.KeyPEM, ca.CertPEM), log); err != nil {
 		t.Fatal(err)
 	}
 	for _, l := range []authtest.Leaf{

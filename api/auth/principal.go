@@ -41,11 +41,15 @@ func ChainNotAfter(chains [][]*x509.Certificate) time.Time {
 	return last
 }
 
-// chainsInvalid says why none of chains, verified in a handshake, is
-// valid at now (as crypto/x509 decides it: a certificate may be verified
-// through several, an old and a renewed issuer), or "": the first one's
-// reason.
-func chainsInvalid(chains [][]*x509.Certificate, now time.Time) string {
+// ChainsInvalid says why none of chains, verified in a handshake, proves
+// any longer who their leaf names at now, or "": the first one's reason.
+// A chain does while each of its certificates is valid at now (as
+// crypto/x509 decides it) and, if a ServerTLS verified it, the CA it ends
+// in is still in that bundle as last reloaded. A certificate may be
+// verified through several chains (an old and a renewed issuer). It
+// allocates nothing unless it refuses; the listeners call it on every
+// request or command.
+func ChainsInvalid(chains [][]*x509.Certificate, now time.Time) string {
 	first := ""
 	for _, chain := range chains {
 		why := chainInvalid(chain, now)
@@ -60,7 +64,7 @@ func chainsInvalid(chains [][]*x509.Certificate, now time.Time) string {
 }
 
 // chainInvalid says why chain, verified in a handshake, is not valid at
-// now (as crypto/x509 decides it), or "".
+// now (as crypto/x509 decides it) or ends in a CA a reload removed, or "".
 func chainInvalid(chain []*x509.Certificate, now time.Time) string {
 	for i, c := range chain {
 		var why string
@@ -69,6 +73,8 @@ func chainInvalid(chain []*x509.Certificate, now time.Time) string {
 			why = "expired at " + c.NotAfter.UTC().Format(time.RFC3339)
 		case now.Before(c.NotBefore):
 			why = "is not valid before " + c.NotBefore.UTC().Format(time.RFC3339)
+		case i == len(chain)-1 && anchors.withdrawn(c):
+			why = "is no longer in the trusted CA bundle (--trusted-ca-file)"
 		default:
 			continue
 		}

@@ -96,7 +96,10 @@ type reloader[T any] struct {
 	log   *slog.Logger
 	errs  prometheus.Counter // nil without a registerer
 	what  string
-	cur   atomic.Pointer[T]
+	// swapping, if set, runs before a value loaded replaces old (nil at
+	// start), under mu.
+	swapping func(old, cur *T)
+	cur      atomic.Pointer[T]
 	// nextAt is when the files are next stat'ed: a time.Time, not Unix
 	// nanoseconds, so that time.Now's monotonic reading decides it and a
 	// wall clock stepped back does not put the look off (due).
@@ -115,7 +118,7 @@ func (r *reloader[T]) start() error {
 	if err != nil {
 		return err
 	}
-	r.cur.Store(v)
+	r.store(v)
 	r.lookedAt(r.now())
 	return nil
 }
@@ -173,9 +176,17 @@ func (r *reloader[T]) reloadLocked(force bool) error {
 		r.log.Error("auth: "+r.what+" not reloaded, keeping the previous one", "err", err)
 		return err
 	}
-	r.cur.Store(v)
+	r.store(v)
 	r.log.Info("auth: "+r.what+" reloaded", "files", r.files)
 	return nil
+}
+
+// store puts v in force; under mu.
+func (r *reloader[T]) store(v *T) {
+	if r.swapping != nil {
+		r.swapping(r.cur.Load(), v)
+	}
+	r.cur.Store(v)
 }
 
 func (r *reloader[T]) stat() []stamp {

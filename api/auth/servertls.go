@@ -33,10 +33,29 @@ var nextProtos = []string{"h2", "http/1.1"}
 
 // ServerTLS is the listeners' TLS configuration, serving the certificate,
 // key and CA bundle as they are on disk: changed files are loaded for new
-// handshakes, without a restart and without touching open connections.
+// handshakes, without a restart. An open connection keeps its handshake;
+// once a reload has taken every CA its client certificate's chains end in
+// out of the bundle, the certificate names no one (ChainsInvalid).
 type ServerTLS struct {
 	min uint16
-	r   *reloader[tls.Config]
+	r   *reloader[loaded]
+}
+
+// loaded is what one load of the files gives the handshakes.
+type loaded struct {
+	cfg     *tls.Config
+	anchors []string // the CA bundle's certificates, DER (anchorsOf)
+}
+
+// swapAnchors keeps the process's trust anchors (anchors) those of the
+// bundle in force: before the new bundle's handshakes, so that none of
+// them is judged by the old one.
+func swapAnchors(old, cur *loaded) {
+	var was []string
+	if old != nil {
+		was = old.anchors
+	}
+	anchors.swap(was, cur.anchors)
 }
 
 // NewServerTLS loads f. It returns nil, and no error, when f.CertFile is
@@ -59,12 +78,13 @@ func NewServerTLS(f TLSFiles, log *slog.Logger, opts ...Option) (*ServerTLS, err
 	}
 	o := buildOptions(opts)
 	s := &ServerTLS{min: minVer}
-	s.r = &reloader[tls.Config]{
-		files: []string{f.CertFile, f.KeyFile},
-		load:  func() (*tls.Config, error) { return loadTLS(f, minVer) },
-		now:   o.now,
-		log:   orDiscard(log),
-		what:  "TLS certificate, key and CA bundle",
+	s.r = &reloader[loaded]{
+		files:    []string{f.CertFile, f.KeyFile},
+		load:     func() (*loaded, error) { return loadTLS(f, minVer) },
+		now:      o.now,
+		log:      orDiscard(log),
+		what:     "TLS certificate, key and CA bundle",
+		swapping: swapAnchors,
 	}
 	if f.TrustedCAFile != "" {
 		s.r.files = append(s.r.files, f.TrustedCAFile)
@@ -109,7 +129,7 @@ func (s *ServerTLS) Reload() error {
 }
 
 func (s *ServerTLS) configForClient(*tls.ClientHelloInfo) (*tls.Config, error) {
-	return s.r.get(), nil
+	return s.r.get().cfg, nil
 }
 
 func parseMinVersion(v string) (uint16, error) {
@@ -123,7 +143,7 @@ func parseMinVersion(v string) (uint16, error) {
 }
 
 // loadTLS reads f into the config one handshake uses.
-func loadTLS(f TLSFiles, minVer uint16) (*tls.Config, error) {
+func loadTLS(f TLSFiles, minVer uint16) (*loaded, error) {
 	certPEM, err := readFile("--cert-file", f.CertFile)
 	if err != nil {
 		return nil, err
@@ -139,12 +159,13 @@ func loadTLS(f TLSFiles, minVer uint16) (*tls.Config, error) {
 	if err != nil {
 		return nil, fileError("--key-file", f.KeyFile, fmt.Errorf("not the key of --cert-file %s: %w", f.CertFile, err))
 	}
-	cfg := &tls.Config{
+	l := &loaded{cfg: &tls.Config{
 		MinVersion:   minVer,
 		NextProtos:   nextProtos,
 		Certificates: []tls.Certificate{pair},
-	}
+	}}
 	if f.TrustedCAFile != "" {
+		cfg := l.cfg
 		caPEM, err := readFile("--trusted-ca-file", f.TrustedCAFile)
 		if err != nil {
 			return nil, err
@@ -164,9 +185,10 @@ func loadTLS(f TLSFiles, minVer uint16) (*tls.Config, error) {
 		}
 		// A resumed session's chain is checked again against this pool by
 		// crypto/tls itself, so a ticket does not outlive its CA's removal
-		// (TestCABundleRotation).
+		// (TestCABundleRotation); an open connection, by ChainsInvalid.
+		l.anchors = anchorsOf(certs)
 	}
-	return cfg, nil
+	return l, nil
 }
 
 // errNoCerts is a PEM file without a certificate in it.

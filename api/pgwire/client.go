@@ -58,6 +58,9 @@ func (c *session) clientLoop() error {
 			}
 			return err
 		}
+		if !c.certValid() {
+			return errClosed // the message is not sent on
+		}
 		if err := c.room(); err != nil {
 			return err
 		}

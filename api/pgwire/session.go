@@ -3,6 +3,7 @@ package pgwire
 import (
 	"bufio"
 	"context"
+	"crypto/x509"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
 
+	"github.com/fencegate/fencegate/api/auth"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/audit"
 	"github.com/fencegate/fencegate/proxy/postgres"
@@ -103,8 +105,10 @@ type session struct {
 	// clientGone: the client left (leave); nothing more is written to it.
 	clientGone atomic.Bool
 	// certUntil is when the client certificate the session logged in
-	// with expires (certExpired); zero without one.
+	// with expires (certExpired), chains its verified chains
+	// (certValid); zero and nil without one.
 	certUntil time.Time
+	chains    [][]*x509.Certificate
 
 	// The queue, and what S2C learnt from the server; under qmu.
 	qmu     sync.Mutex
@@ -299,16 +303,43 @@ func (c *session) closeEnded(a *proxy.Admission, why *tokens.RefusalError, busy 
 		"fence", c.fence, "user", c.user, "token", a.Token(), "reason", why.Reason, "peer", c.client.RemoteAddr().String())
 }
 
-// certExpired ends the session as its client certificate expires: the
-// identity it logged in with is proven no longer, as a new connection
-// with the certificate would not be. The client is told FATAL 28000; the
+// certExpired ends the session as its client certificate expires
+// (certEnd).
+func (c *session) certExpired() {
+	c.certEnd("client certificate expired at " + c.certUntil.UTC().Format(time.RFC3339))
+}
+
+// certValid says the client certificate the session logged in with still
+// proves who it names, at a message of the client's; else it ends the
+// session (certEnd): the certificate expired, or a reload took the CA it
+// was verified by out of the bundle (auth.ChainsInvalid), which no timer
+// foresees.
+func (c *session) certValid() bool {
+	if c.chains == nil {
+		return true
+	}
+	now := time.Now()
+	if now.After(c.certUntil) {
+		c.certExpired()
+		return false
+	}
+	why := auth.ChainsInvalid(c.chains, now)
+	if why == "" {
+		return true
+	}
+	c.certEnd(why)
+	return false
+}
+
+// certEnd ends the session because its client certificate proves, as
+// why says, the identity it logged in with no longer, as a new connection
+// with the certificate would not. The client is told FATAL 28000; the
 // server connection closes first (close), so an open transaction is
 // rolled back, and a session waiting for its client is shut in the same
 // step, as endTransaction shuts one.
-func (c *session) certExpired() {
+func (c *session) certEnd(why string) {
 	end, _ := c.end(func() bool { return true }, func(busy bool) *tokens.RefusalError {
-		r := tokens.Refuse(tokens.ReasonUnauthenticated, c.fence, 0, "client certificate expired at %s; the connection is closed",
-			c.certUntil.UTC().Format(time.RFC3339))
+		r := tokens.Refuse(tokens.ReasonUnauthenticated, c.fence, 0, "%s; the connection is closed", why)
 		if busy {
 			r.Msg += " (a COMMIT already sent may have committed)"
 		}
@@ -318,7 +349,7 @@ func (c *session) certExpired() {
 		return // ended already
 	}
 	c.close()
-	c.s.log.Warn("pgwire: client certificate expired, connection closed",
+	c.s.log.Warn("pgwire: client certificate no longer valid, connection closed", "reason", why,
 		"fence", c.fence, "user", c.user, "peer", c.client.RemoteAddr().String())
 }
 

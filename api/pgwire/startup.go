@@ -306,6 +306,7 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 			principal = p
 		}
 		sess.certUntil = auth.ChainNotAfter(tlsState.VerifiedChains)
+		sess.chains = tlsState.VerifiedChains
 	}
 	sess.ctx = proxy.WithProtocol(policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()}), proxy.ProtocolPgwire)
 	return sess, nil

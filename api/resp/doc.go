@@ -8,8 +8,9 @@
 // <token>); AUTH again, or AUTH <token> alone, changes the token. Before
 // AUTH, data commands get -NOAUTH. The principal the policy sees is the
 // verified TLS client certificate's (api/auth.PrincipalOf), until the
-// certificate expires: the first command after its NotAfter gets
-// -UNAUTHENTICATED and the connection closes. The action is
+// certificate expires or a reload takes the CA it was verified by out of
+// --trusted-ca-file (api/auth.ChainsInvalid): the first command after
+// that gets -UNAUTHENTICATED and the connection closes. The action is
 // redis.write. Every data command, reads included, goes to the one write
 // pipeline, proxy.Gateway.Redis, which authorizes, decides on the token,
 // and runs the commands in the fencing script of proxy/redis with its

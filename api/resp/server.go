@@ -3,6 +3,7 @@ package resp
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -173,6 +174,7 @@ func (s *Server) handle(c net.Conn) {
 	defer c.Close()
 	caller := &policy.Caller{Peer: c.RemoteAddr()}
 	var certUntil time.Time
+	var chains [][]*x509.Certificate
 	conn := c
 	unix := c.LocalAddr().Network() == "unix"
 	if s.cfg.TLS != nil && !unix { // Redis has no TLS on its Unix socket either
@@ -187,6 +189,7 @@ func (s *Server) handle(c net.Conn) {
 		if st := tc.ConnectionState(); len(st.VerifiedChains) > 0 && len(st.VerifiedChains[0]) > 0 {
 			caller.Principal = auth.PrincipalOf(st.VerifiedChains[0][0])
 			certUntil = auth.ChainNotAfter(st.VerifiedChains)
+			chains = st.VerifiedChains
 		}
 		conn = tc
 	}
@@ -198,7 +201,7 @@ func (s *Server) handle(c net.Conn) {
 		caller.AuthError = "no verified client certificate (RESP clients are identified by their TLS client certificate)"
 	}
 	sess := newSession(proxy.WithProtocol(policy.NewContext(s.ctx, caller), proxy.ProtocolRESP), s, conn)
-	sess.raw, sess.certUntil = c, certUntil
+	sess.raw, sess.certUntil, sess.chains = c, certUntil, chains
 	if !s.conns.Track(sess, true) {
 		return
 	}

@@ -2,6 +2,7 @@ package resp
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -12,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/api/auth"
 	"github.com/fencegate/fencegate/api/internal/listen"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/policy"
@@ -38,8 +40,10 @@ type session struct {
 	authBy time.Time
 	readBy bool
 	// certUntil is when the client certificate that named the caller
-	// expires (certExpired); zero without one.
+	// expires, and chains its verified chains (certExpired); zero and nil
+	// without one.
 	certUntil time.Time
+	chains    [][]*x509.Certificate
 
 	multi       bool
 	dirty       bool // a command was refused while queueing: EXEC aborts
@@ -155,19 +159,27 @@ func (s *session) serve() error {
 	}
 }
 
-var errCertExpired = errors.New("resp: client certificate expired")
+var errCertExpired = errors.New("resp: client certificate expired or its CA removed")
 
 // certExpired refuses the first command read after the client
-// certificate expired, and ends the session: the identity fixed at the
-// connection's start is proven no longer, as a new connection with the
-// certificate would not be. The command does not run; the client is told
-// UNAUTHENTICATED before the connection closes.
+// certificate expired, or after a reload took the CA it was verified by
+// out of the bundle (auth.ChainsInvalid), and ends the session: the
+// identity fixed at the connection's start is proven no longer, as a new
+// connection with the certificate would not be. The command does not
+// run; the client is told UNAUTHENTICATED before the connection closes.
 func (s *session) certExpired() bool {
-	if s.certUntil.IsZero() || !time.Now().After(s.certUntil) {
+	if s.certUntil.IsZero() {
+		return false
+	}
+	now := time.Now()
+	var why string
+	if now.After(s.certUntil) {
+		why = "client certificate expired at " + s.certUntil.UTC().Format(time.RFC3339)
+	} else if why = auth.ChainsInvalid(s.chains, now); why == "" {
 		return false
 	}
 	s.armWrite()
-	s.last("UNAUTHENTICATED fencegate: client certificate expired at " + s.certUntil.UTC().Format(time.RFC3339) + "; the connection is closed")
+	s.last("UNAUTHENTICATED fencegate: " + why + "; the connection is closed")
 	return true
 }
 

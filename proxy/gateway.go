@@ -60,6 +60,14 @@ type Authorizer interface {
 	Decide(principal, fence string, a policy.Action) policy.Decision
 }
 
+// policySource is an Authorizer whose policy can change while a
+// transaction is open (*policy.Store): Policy returns the policy in force,
+// a new value after each reload. An Authorizer without it is taken to
+// decide the same way for ever.
+type policySource interface {
+	Policy() *policy.Policy
+}
+
 // AuditLog records decisions; *audit.Log implements it.
 type AuditLog interface {
 	Write(r *audit.Record)
@@ -78,7 +86,9 @@ type Options struct {
 	RedisRefuses func(fence string) string
 	// Policy, when set, is consulted for every request: anything it does
 	// not allow is refused with NOT_AUTHORIZED (or only logged, with
-	// Config.PolicyShadow).
+	// Config.PolicyShadow). If it also has a method Policy() *policy.Policy
+	// (a *policy.Store), an open transaction (Admission) is decided again
+	// once that value changes.
 	Policy Authorizer
 	// AuthRequired refuses callers the transport could not identify
 	// (no verified client certificate or bearer token) with UNAUTHENTICATED.
@@ -129,9 +139,12 @@ type Gateway struct {
 	// MaxInFlight as the writes after them are.
 	reading [len(backends)]atomic.Int64
 
-	policy  Authorizer
-	authReq bool
-	audit   AuditLog
+	policy Authorizer
+	// policyNow is the policy in force when Policy can change
+	// (policySource); nil otherwise.
+	policyNow func() *policy.Policy
+	authReq   bool
+	audit     AuditLog
 	// auditSeq numbers the audit records' request ids.
 	auditSeq atomic.Uint64
 	auditID  string
@@ -170,6 +183,9 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	}
 	if f, ok := opts.Terms.(election.Freshness); ok {
 		g.fresh = f.Fresh
+	}
+	if ps, ok := opts.Policy.(policySource); ok {
+		g.policyNow = ps.Policy
 	}
 	if g.log == nil {
 		g.log = slog.New(slog.DiscardHandler)

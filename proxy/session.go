@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate/election"
@@ -29,6 +30,10 @@ type Admission struct {
 	start   time.Time
 	checked time.Time // when the fence check answered (Checked)
 	done    bool
+	// pol is the policy last found to allow the transaction (at
+	// admission, then at each Revoked that decided again); nil without a
+	// policy that can change.
+	pol atomic.Pointer[policy.Policy]
 }
 
 // Checked records that the transaction's fence check passed: the
@@ -52,6 +57,11 @@ func (g *Gateway) AdmitSQL(ctx context.Context, fence, rawToken string) (*Admiss
 		return nil, fmt.Errorf("%w: PostgreSQL (start fencegate with --postgres-dsn)", ErrNotConfigured)
 	}
 	a := &Admission{g: g, ctx: ctx, backend: backendPostgres, fence: fence, start: g.now()}
+	if g.policyNow != nil {
+		// Taken before deciding: a reload in between makes Revoked decide
+		// again, never miss the change.
+		a.pol.Store(g.policyNow())
+	}
 	var err error
 	a.gr, err = g.authorize(ctx, policy.ActionSQLWrite, fence)
 	a.hw = g.auditHighWater(backendPostgres, fence)
@@ -70,15 +80,57 @@ func (g *Gateway) AdmitSQL(ctx context.Context, fence, rawToken string) (*Admiss
 	return a, nil
 }
 
-// Ended reports whether the term this transaction was admitted under has
-// ended since, as far as this replica's memory tells, without a round
-// trip: the STALE_TOKEN refusal when a later term began (or a later token
-// wrote), TERM_ENDED when the election lost its leader; nil while the term
-// holds or memory cannot tell. A transaction still open under an ended
-// term holds the fence's row with its check, and the next term's first
-// write waits for it: the front that keeps it open ends it. Ended may be
-// called from any goroutine, before or after Done.
+// Ended reports whether the transaction may no longer go on, without a
+// round trip: its term ended since it was admitted, as far as this
+// replica's memory tells (the STALE_TOKEN refusal when a later term began
+// or a later token wrote, TERM_ENDED when the election lost its leader),
+// or the policy in force no longer allows its caller sql.write on its
+// fence (NOT_AUTHORIZED, see Revoked); nil while neither holds or memory
+// cannot tell. A transaction still open under an ended term holds the
+// fence's row with its check, and the next term's first write waits for
+// it; one whose caller was cut off must not commit: the front that keeps
+// it open ends it. Ended may be called from any goroutine, before or after
+// Done.
 func (a *Admission) Ended() *tokens.RefusalError {
+	if r := a.termEnded(); r != nil {
+		return r
+	}
+	return a.Revoked()
+}
+
+// Revoked reports whether the policy in force no longer allows the
+// transaction's caller sql.write on its fence: the NOT_AUTHORIZED refusal
+// a new transaction of the caller's would get, nil while it is allowed (or
+// the policy only logs, Config.PolicyShadow). It decides again only when
+// the policy changed since the last decision that allowed it (a pointer
+// compare otherwise), so a front may call it at every message. Revoked may
+// be called from any goroutine, before or after Done.
+func (a *Admission) Revoked() *tokens.RefusalError {
+	g := a.g
+	if g.policyNow == nil {
+		return nil
+	}
+	p := g.policyNow()
+	if p == a.pol.Load() {
+		return nil
+	}
+	_, err := g.authorize(a.ctx, policy.ActionSQLWrite, a.fence)
+	if err == nil {
+		// Decided with p or a later policy: a later one is decided
+		// again at the next call.
+		a.pol.Store(p)
+		return nil
+	}
+	r, ok := tokens.AsRefusal(err)
+	if !ok {
+		r = tokens.Refuse(tokens.ReasonNotAuthorized, a.fence, a.t, "%v", err)
+	}
+	r.Token = a.t
+	return r
+}
+
+// termEnded is Ended's look at the term.
+func (a *Admission) termEnded() *tokens.RefusalError {
 	g := a.g
 	hw := g.trackers[a.backend].HighWater(a.fence)
 	term := g.terms.Term(a.fence)

@@ -61,6 +61,15 @@ func (c *session) clientLoop() error {
 		if !c.certValid() {
 			return errClosed // the message is not sent on
 		}
+		if a := c.open.Load(); a != nil {
+			// A pointer compare unless the policy was reloaded. The sweep
+			// ends an idle transaction; this, one whose client goes on
+			// before the sweep comes, or after it ended one with messages
+			// in flight (killed): nothing more reaches the server.
+			if why := a.Revoked(); why != nil && (c.endTransaction(a, why) || c.killed.Load() != nil) {
+				return errClosed // the message is not sent on
+			}
+		}
 		if err := c.room(); err != nil {
 			return err
 		}

@@ -85,8 +85,9 @@ type Config struct {
 	// Logger receives connection errors; nil discards them.
 	Logger *slog.Logger
 	// EndedCheckInterval is how often the sessions with a transaction
-	// open are checked for a term that ended under them (see
-	// Server.Serve); 0 means 100 ms.
+	// open are checked for a term that ended under them, or a policy
+	// that no longer allows their caller (see Server.Serve); 0 means
+	// 100 ms.
 	EndedCheckInterval time.Duration
 	// Sessions binds each session's server connection to its fence
 	// (fencegate.bind_session, from fencegate's own pool), so that its
@@ -224,6 +225,12 @@ var ErrServerClosed = errors.New("pgwire: server closed")
 // server connection closes (a running statement is cancelled), so the
 // server rolls the transaction back, and the client gets FATAL with the
 // refusal's SQLSTATE (FG001 or FG002).
+//
+// Likewise a transaction whose caller the policy in force no longer
+// allows sql.write on its fence (a reload added a deny rule, say) is ended
+// within EndedCheckInterval of the reload, or at its client's next
+// message if that comes first, with NOT_AUTHORIZED (42501): what it wrote
+// is rolled back, as a new transaction of the caller's would be refused.
 func (s *Server) Serve(lis net.Listener) error {
 	s.sweepOnce.Do(func() { go s.sweep() })
 	err := s.conns.Serve(lis,
@@ -276,7 +283,7 @@ func (s *Server) Close() error {
 }
 
 // sweep ends, every EndedCheckInterval, the transactions whose term ended
-// (Serve), until stopSweep.
+// or whose caller the policy no longer allows (Serve), until stopSweep.
 func (s *Server) sweep() {
 	defer close(s.sweepDone)
 	tick := time.NewTicker(s.cfg.EndedCheckInterval)

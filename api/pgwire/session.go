@@ -97,7 +97,8 @@ type session struct {
 	closeOnce      sync.Once
 	doneOnce       sync.Once
 	// killed is why fencegate ended the session's transaction (its term
-	// ended); close tells the client.
+	// ended, or the policy no longer allows its caller); close tells the
+	// client.
 	killed atomic.Pointer[tokens.RefusalError]
 	// shutdown says the session ends because the server shuts down, with
 	// no transaction open; close tells the client, as PostgreSQL does.
@@ -228,15 +229,17 @@ func (g *gate) Write(p []byte) (int, error) {
 }
 
 // endTransaction ends the session's open transaction, admitted as a,
-// because its term ended (why): the server connection closes, so the
-// server rolls back what it has not committed and the fence's row is free
-// for the next term, and a statement still running is cancelled (and its
-// backend terminated, unbind); the client gets a FATAL error saying why
-// and its connection closes. It does nothing if a is no longer the
-// session's transaction. A failed one is ended too: the status the server
-// reports ('E') is the same for a block whose error aborted only a
-// savepoint's subtransaction, whose top level still holds the fence's
-// row, and for one that a ROLLBACK TO SAVEPOINT makes usable again.
+// because its term ended or the policy no longer allows its caller (why,
+// from a.Ended): the server connection closes, so the server rolls back
+// what it has not committed and the fence's row is free for the next
+// term, and a statement still running is cancelled (and its backend
+// terminated, unbind); the client gets a FATAL error saying why and its
+// connection closes. It does nothing, and says false, if a is no longer
+// the session's transaction or the session is ending already. A failed
+// one is ended too: the status the server reports ('E') is the same for a
+// block whose error aborted only a savepoint's subtransaction, whose top
+// level still holds the fence's row, and for one that a ROLLBACK TO
+// SAVEPOINT makes usable again.
 //
 // A session waiting for its client, every message answered, is shut in
 // the same step: C2S queues each message before it writes it, so none
@@ -245,7 +248,7 @@ func (g *gate) Write(p []byte) (int, error) {
 // flight may be committing: the client is told only that fencegate ended
 // the transaction. The decision is taken on the caller's goroutine, the
 // closing on one of its own.
-func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) {
+func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) bool {
 	end, busy := c.end(func() bool { return c.open.Load() == a }, func(busy bool) *tokens.RefusalError {
 		r := *why
 		if busy {
@@ -263,6 +266,7 @@ func (c *session) endTransaction(a *proxy.Admission, why *tokens.RefusalError) {
 	if end {
 		go c.closeEnded(a, why, busy)
 	}
+	return end
 }
 
 // end decides, once, that the session ends with the refusal refusal(busy)
@@ -299,7 +303,11 @@ func (c *session) closeEnded(a *proxy.Admission, why *tokens.RefusalError, busy 
 	if busy {
 		outcome = "unknown: messages were in flight"
 	}
-	c.s.log.Warn("pgwire: transaction ended with its term, connection closed", "outcome", outcome,
+	msg := "pgwire: transaction ended with its term, connection closed"
+	if why.Reason == tokens.ReasonNotAuthorized {
+		msg = "pgwire: transaction ended: the policy no longer allows its caller, connection closed"
+	}
+	c.s.log.Warn(msg, "outcome", outcome,
 		"fence", c.fence, "user", c.user, "token", a.Token(), "reason", why.Reason, "peer", c.client.RemoteAddr().String())
 }
 

@@ -281,7 +281,7 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 	}
 	// What CMD left behind, in its group or not, holds the token too.
 	if n := killAll(pgid); n > 0 {
-		fmt.Fprintf(stderr, "fencectl: run: killed %d processes %s left behind\n", n, rest[0])
+		fmt.Fprintf(stderr, "fencectl: run: killed %d %s that %s left behind\n", n, map[bool]string{true: "process", false: "processes"}[n == 1], rest[0])
 	}
 	resign()
 

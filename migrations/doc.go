@@ -59,6 +59,12 @@
 // (pg_advisory_lock_shared), which any number of sessions may hold at
 // once, no longer keeps an ended term current.
 //
+// From version 11 advance_term refuses a token that is its row's term with
+// SQLSTATE FG008 (LockKeySharedSQLState) when another row of the term
+// table derives the same lock key (two names with one hashtext): a
+// session holding that key may lead either election. It looks for such a
+// row in the same statement that reads the fence's term row.
+//
 // Apply is idempotent and safe to run from several replicas at once: it holds
 // a PostgreSQL session advisory lock while it creates the schema and runs
 // tern (which takes its own advisory lock too), so concurrent runs apply each

@@ -17,11 +17,15 @@ const StaleSQLState = "FG001"
 // TermEndedSQLState and UnknownTermSQLState are what
 // fencegate.advance_term raises for a token whose term is over (no session
 // holds the election's advisory lock exclusively) and for one above the
-// current term (or a fence with no term row). Their DETAIL, and that of its
-// FG001, is "term=<n>".
+// current term (or a fence with no term row). LockKeySharedSQLState (from
+// version 11) is what it raises for a token that is its row's term when
+// another row of the term table derives the same advisory lock key: the
+// lock cannot tell the two elections' leaders apart, so neither term can
+// be told current. Their DETAIL, and that of its FG001, is "term=<n>".
 const (
-	TermEndedSQLState   = "FG002"
-	UnknownTermSQLState = "FG003"
+	TermEndedSQLState     = "FG002"
+	UnknownTermSQLState   = "FG003"
+	LockKeySharedSQLState = "FG008"
 )
 
 // VersionTable is where tern records the applied schema version.

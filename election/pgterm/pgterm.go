@@ -11,12 +11,15 @@
 // row's term while some session of the database holds its advisory lock
 // exclusively; with no exclusive lock held the term is over. A shared lock
 // (pg_advisory_lock_shared) is no leader's: many sessions hold one at once.
+// Nor is a lock whose key another row of the term table derives too (two
+// names with one hashtext): it may be either election's leader's, so
+// neither term counts as current (logged once as a warning naming both).
 //
 // The source keeps what it last read in memory (Term, for every write's
 // fast path) and refreshes it every Config.Poll for the fences it was asked
 // about; Verify reads the row and pg_locks afresh. The backend's own check
-// (fencegate.advance_term, migrations 005 and 010) is final: it runs in the
-// fenced write's transaction.
+// (fencegate.advance_term, migrations 005, 010 and 011) is final: it runs
+// in the fenced write's transaction.
 package pgterm
 
 import (
@@ -74,8 +77,9 @@ type Source struct {
 
 	verifySQL, pollSQL string
 
-	mu    sync.RWMutex
-	terms map[string]election.Term // by name; the zero Term until read
+	mu     sync.RWMutex
+	terms  map[string]election.Term // by name; the zero Term until read
+	shared map[string]string        // by name: another election with its lock key, last logged
 }
 
 // Open connects to cfg.DSN and checks that the term table exists and that
@@ -91,12 +95,14 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if cfg.Poll == 0 {
 		cfg.Poll = DefaultPoll
 	}
-	var key string
+	// keyOf is the lock key of a name, as advance_term (migration 011)
+	// derives it: the expression an index on the key would have.
+	var keyOf func(name string) string
 	switch cfg.LockKey {
 	case "hashtext":
-		key = "pg_catalog.hashtext(t.name)::bigint"
+		keyOf = func(name string) string { return "pg_catalog.hashtext(" + name + ")" }
 	case "hashtextextended":
-		key = "pg_catalog.hashtextextended(t.name, 0)"
+		keyOf = func(name string) string { return "pg_catalog.hashtextextended(" + name + ", 0)" }
 	default:
 		return nil, fmt.Errorf("pgterm: lock key derivation %q: want hashtext or hashtextextended", cfg.LockKey)
 	}
@@ -116,7 +122,10 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pgterm: %w", err)
 	}
-	s := &Source{pool: pool, lockKey: cfg.LockKey, poll: cfg.Poll, log: cfg.Logger, terms: map[string]election.Term{}}
+	s := &Source{
+		pool: pool, lockKey: cfg.LockKey, poll: cfg.Poll, log: cfg.Logger,
+		terms: map[string]election.Term{}, shared: map[string]string{},
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -136,9 +145,19 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
      AND NOT EXISTS (SELECT FROM pg_catalog.pg_stat_activity AS a JOIN pg_catalog.pg_roles AS r ON r.oid = a.usesysid
                       WHERE a.pid = l.pid AND NOT r.rolsuper AND pg_catalog.pg_has_role(r.oid, 'fencegate_runtime', 'MEMBER')))
 `
+	key := "(" + keyOf("t.name") + ")::bigint"
 	held := "EXISTS (SELECT FROM l WHERE l.classid = ((" + key + " >> 32) & 4294967295)::oid AND l.objid = (" + key + " & 4294967295)::oid)"
-	s.verifySQL = locks + "SELECT t.term, " + held + " FROM " + s.table + " AS t WHERE t.name = $1"
-	s.pollSQL = locks + "SELECT t.name, t.term, " + held + " FROM " + s.table + " AS t WHERE t.name = ANY($1)"
+	// And another row whose name derives the same key, which makes the
+	// lock no proof of this election's leader. Verify looks for one as
+	// advance_term does (an index probe with an index on the key, else a
+	// read through the table); a poll groups the whole table by key once,
+	// however many fences it reads.
+	s.verifySQL = locks + "SELECT t.term, " + held + ", (SELECT o.name FROM " + s.table + " AS o WHERE " +
+		keyOf("o.name") + " = " + keyOf("t.name") + " AND o.name <> t.name LIMIT 1) FROM " + s.table + " AS t WHERE t.name = $1"
+	s.pollSQL = locks + ", c AS MATERIALIZED (SELECT " + keyOf("o.name") + " AS k, pg_catalog.array_agg(o.name) AS names FROM " + s.table +
+		" AS o GROUP BY 1 HAVING pg_catalog.count(*) > 1)\n" +
+		"SELECT t.name, t.term, " + held + ", (SELECT n FROM pg_catalog.unnest(c.names) AS n WHERE n <> t.name LIMIT 1) FROM " +
+		s.table + " AS t LEFT JOIN c ON c.k = " + keyOf("t.name") + " WHERE t.name = ANY($1)"
 	return s, nil
 }
 
@@ -220,21 +239,24 @@ func (s *Source) Term(name string) election.Term {
 func (s *Source) Verify(ctx context.Context, name string, token int64) (election.Term, bool, error) {
 	var term int64
 	var held bool
-	err := s.pool.QueryRow(ctx, s.verifySQL, name).Scan(&term, &held)
+	var other *string
+	err := s.pool.QueryRow(ctx, s.verifySQL, name).Scan(&term, &held, &other)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return election.Term{Election: name}, false, nil
 	}
 	if err != nil {
 		return election.Term{Election: name}, false, fmt.Errorf("pgterm: read term of %q: %w", name, err)
 	}
-	t := s.store(name, term, held)
+	t := s.store(name, term, held, other)
 	return t, token <= term, nil
 }
 
-// store records a read of name and returns its term.
-func (s *Source) store(name string, term int64, held bool) election.Term {
+// store records a read of name and returns its term. other is another
+// election whose name derives name's lock key, nil if none: then the lock
+// shows no leader of name's.
+func (s *Source) store(name string, term int64, held bool, other *string) election.Term {
 	t := election.Term{Election: name, Last: term}
-	if held {
+	if held && other == nil {
 		t.Rev = term
 	}
 	s.mu.Lock()
@@ -247,7 +269,21 @@ func (s *Source) store(name string, term int64, held bool) election.Term {
 		}
 		s.terms[name] = t
 	}
+	logShared := false
+	switch was, seen := s.shared[name]; {
+	case other == nil:
+		delete(s.shared, name)
+	case !seen || was != *other:
+		if ok || len(s.terms) < maxNames {
+			s.shared[name] = *other
+		}
+		logShared = true
+	}
 	s.mu.Unlock()
+	if logShared {
+		s.log.Warn("postgres-term: two elections share one advisory lock key: neither's term counts as current, and their writes are refused TERM_ENDED; rename one, or use lock key hashtextextended on both sides (workers and --postgres-term-lock-key)",
+			"election", name, "shares_key_with", *other, "lock_key", s.lockKey, "table", s.table)
+	}
 	return t
 }
 
@@ -294,8 +330,9 @@ func (s *Source) Refresh(ctx context.Context) error {
 	var name string
 	var term int64
 	var held bool
-	_, err = pgx.ForEachRow(rows, []any{&name, &term, &held}, func() error {
-		s.store(name, term, held)
+	var other *string
+	_, err = pgx.ForEachRow(rows, []any{&name, &term, &held, &other}, func() error {
+		s.store(name, term, held, other)
 		return nil
 	})
 	if err != nil {

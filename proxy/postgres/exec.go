@@ -238,10 +238,15 @@ func parseHighWater(detail string) tokens.Token {
 }
 
 // termReasons are the refusals of fencegate.advance_term's term check.
+// A lock key another election shares (FG008) is TERM_ENDED: the token is
+// its election's latest term, but no lock shows a leader of it holding
+// that term, which is what TERM_ENDED tells a writer (step down, nothing
+// written); its message names the other election and the fix.
 var termReasons = map[string]tokens.Reason{
-	migrations.StaleSQLState:       tokens.ReasonStaleToken,
-	migrations.TermEndedSQLState:   tokens.ReasonTermEnded,
-	migrations.UnknownTermSQLState: tokens.ReasonUnknownTerm,
+	migrations.StaleSQLState:         tokens.ReasonStaleToken,
+	migrations.TermEndedSQLState:     tokens.ReasonTermEnded,
+	migrations.UnknownTermSQLState:   tokens.ReasonUnknownTerm,
+	migrations.LockKeySharedSQLState: tokens.ReasonTermEnded,
 }
 
 // isTermRefusal: err is advance_term's term check refusing (its DETAIL is

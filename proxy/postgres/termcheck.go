@@ -8,7 +8,8 @@ import (
 // TermCheck is the fence check of a fence whose term source is
 // postgres-term: fencegate.advance_term (migration 005), which accepts a
 // token only when it is the current term of the fence's row in Table and
-// some session holds the fence's advisory lock, then advances the fence as
+// some session holds the fence's advisory lock, and (migration 011) no
+// other row of Table derives the same lock key, then advances the fence as
 // fencegate.advance does. Build one with NewTermCheck.
 type TermCheck struct {
 	// Table is the term table, schema-qualified and quoted as needed

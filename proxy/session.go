@@ -157,7 +157,10 @@ func (a *Admission) Role() string { return a.gr.role }
 
 // Done reports the transaction's outcome: nil when it committed with the
 // fence check, else a *tokens.RefusalError (the fence check refused, or a
-// statement failed; see postgres.RefusalOf). fingerprint is the audit
+// statement failed; see postgres.RefusalOf; a transaction its client
+// rolled back is STATEMENT_FAILED too, and one whose fate is unknown has
+// metadata "outcome": "unknown"). Only nil raises the replica's mark and
+// is counted and audited accepted. fingerprint is the audit
 // fingerprint of the statements (audit.Fingerprint of their text), rows
 // the rows they affected. Done releases the in-flight slot; calls after the
 // first are ignored.

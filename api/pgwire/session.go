@@ -15,6 +15,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgproto3"
@@ -185,6 +186,13 @@ type session struct {
 	// S2C, and done), read without it by Server.sweep.
 	open atomic.Pointer[proxy.Admission]
 	rows int64
+	// What the server said of the open transaction since its check
+	// passed, for the outcome Done is told (outcome): the last tag that
+	// ends a transaction (endCommit, endOther; ROLLBACK TO SAVEPOINT's is
+	// "ROLLBACK" too, and a later COMMIT overrides it), and its first
+	// error.
+	lastEnd byte
+	failure *tokens.RefusalError
 	// digest fingerprints the open transaction's statements for the
 	// audit log as they complete, in constant memory.
 	digest audit.Digest
@@ -560,11 +568,25 @@ func (c *session) done(_ error) {
 		busy := c.qlen > 0
 		c.qmu.Unlock()
 		if open != nil {
-			var why error // the check passed
-			if r := c.killed.Load(); r != nil {
-				why = r
+			// The connection closed with the transaction open: it
+			// committed only if a COMMIT in flight did.
+			why := c.killed.Load()
+			switch {
+			case why != nil:
+				// fencegate ended it (endTransaction, certEnd, contain).
+			case busy:
+				why = tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, open.Token(),
+					"the connection closed with messages in flight (a COMMIT already sent may have committed)")
+				why.Metadata = map[string]string{"outcome": "unknown"}
+			case c.failure != nil:
+				why = c.failure
+			case c.clientGone.Load():
+				why = rolledBack(c.fence, open.Token(), "the client closed its connection in the transaction; the database rolled it back")
+			default:
+				why = tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, open.Token(),
+					"the session's connection to the database closed with the transaction open; the database rolled it back")
 			}
-			open.Done(why, c.fingerprint(open), c.rows)
+			c.finish(open, why)
 		}
 		for _, a := range adms {
 			a.Done(tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, a.Token(), "connection closed before the fence check's answer"), "", 0)
@@ -827,6 +849,11 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 	case c.copyIn && (t == 'C' || t == 'E'):
 		c.copyIn = false // the COPY is over: done, or failed
 	}
+	if t == 'E' && c.failure == nil {
+		if a := c.open.Load(); a != nil {
+			c.failure = c.statementFailed(a, g, body)
+		}
+	}
 	switch g.msg {
 	case 'Q':
 		if t == 'E' {
@@ -973,16 +1000,17 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		a.Done(tokens.Refuse(tokens.ReasonStatementFailed, c.fence, a.Token(), "not run: an earlier message of the pipeline failed"), "", 0)
 	}
 	if ended != nil {
-		ended.Done(nil, c.fingerprint(ended), c.rows)
+		c.finish(ended, c.outcome(ended))
 	}
 	if passed != nil {
 		passed.Checked()
 		if unended != nil {
-			unended.Done(nil, c.fingerprint(unended), c.rows)
+			c.finish(unended, c.outcome(unended))
 		}
 		// The transaction's statements so far: those that set it up
 		// before its check (pendingCheck).
 		c.rows = 0
+		c.lastEnd, c.failure = 0, nil
 		c.digest.Reset()
 		for _, text := range c.setupTexts {
 			c.digest.Add(text)
@@ -1009,6 +1037,90 @@ func (c *session) fingerprint(a *proxy.Admission) string {
 		return ""
 	}
 	return c.digest.Sum()
+}
+
+// Values of session.lastEnd: the tag of a statement that ends a
+// transaction, COMMIT or another (ROLLBACK, which PostgreSQL also answers
+// to the COMMIT of a failed block and to ROLLBACK TO SAVEPOINT, PREPARE
+// TRANSACTION, COMMIT or ROLLBACK PREPARED).
+const (
+	endCommit = 'C'
+	endOther  = 'R'
+)
+
+// outcome is what became of a, the open transaction whose end the server
+// just answered, as Done is to be told: nil when it committed, that is
+// when the last statement that ended a transaction was a COMMIT, or when
+// none did and no error came since its check passed (an implicit
+// transaction, which ReadyForQuery 'I' ends); else its first error
+// (STATEMENT_FAILED), or its rollback by the client.
+func (c *session) outcome(a *proxy.Admission) *tokens.RefusalError {
+	switch {
+	case c.lastEnd == endCommit:
+		return nil
+	case c.failure != nil:
+		return c.failure
+	case c.lastEnd == endOther:
+		return rolledBack(c.fence, a.Token(), "the client rolled the transaction back")
+	}
+	return nil
+}
+
+// finish calls a.Done with r, the outcome of the transaction that just
+// ended: the rows its statements changed count only where they may be in
+// the database (it committed, or its outcome is unknown).
+func (c *session) finish(a *proxy.Admission, r *tokens.RefusalError) {
+	if r == nil {
+		a.Done(nil, c.fingerprint(a), c.rows)
+		return
+	}
+	rows := c.rows
+	if r.Metadata["outcome"] != "unknown" {
+		rows = 0
+	}
+	a.Done(r, c.fingerprint(a), rows)
+}
+
+// rolledBack is the outcome of a transaction the client rolled back, or
+// abandoned, without an error: nothing of it was applied. API.md has no
+// reason for a write its own client withdrew; STATEMENT_FAILED ("rolled
+// back") is the one that says nothing was applied without blaming the
+// backend (BACKEND_UNAVAILABLE) or fencegate's decision.
+func rolledBack(fence string, t tokens.Token, msg string) *tokens.RefusalError {
+	return tokens.Refuse(tokens.ReasonStatementFailed, fence, t, "%s", msg)
+}
+
+// statementFailed is the STATEMENT_FAILED outcome of a, the open
+// transaction, failed by an ErrorResponse (body) to g: the server's error
+// with its SQLSTATE, or, for a statement fencegate refused in it
+// (ownRefusal), that refusal.
+func (c *session) statementFailed(a *proxy.Admission, g *reply, body []byte) *tokens.RefusalError {
+	if g.own == ownRefusal && g.why != nil {
+		r := tokens.Refuse(tokens.ReasonStatementFailed, c.fence, a.Token(), "%s", clipText(refusalPgError(g.why).Message))
+		r.Metadata = map[string]string{"sqlstate": sqlState(g.why)}
+		return r
+	}
+	code, _ := errorField(body, 'C')
+	msg, _ := errorField(body, 'M')
+	r := tokens.Refuse(tokens.ReasonStatementFailed, c.fence, a.Token(), "%s", clipText(msg))
+	r.Metadata = map[string]string{"sqlstate": clipText(code)}
+	return r
+}
+
+// maxErrorText bounds the server's text kept in an outcome (it is
+// logged): a client's RAISE may be as long as a message may.
+const maxErrorText = 1 << 10
+
+// clipText cuts s to maxErrorText bytes, at a rune boundary.
+func clipText(s string) string {
+	if len(s) <= maxErrorText {
+		return s
+	}
+	cut := maxErrorText
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }
 
 // checkRefusal is the refusal of a fence check the server failed.
@@ -1114,21 +1226,36 @@ func (c *session) shiftPosition(body []byte, at, prefix int) []byte {
 // statement that ends the transaction (kindEnd's).
 func endsTransaction(body []byte) bool {
 	tag, _, _ := cstring(body)
-	switch string(tag) {
-	case "COMMIT", "ROLLBACK", "PREPARE TRANSACTION", "COMMIT PREPARED", "ROLLBACK PREPARED":
-		return true
-	}
-	return false
+	return endOf(tag) != 0
 }
 
-// countRows adds the rows a CommandComplete says were written.
+// endOf is endCommit or endOther for the tag of a statement that ends the
+// transaction, else 0.
+func endOf(tag []byte) byte {
+	switch string(tag) {
+	case "COMMIT":
+		return endCommit
+	case "ROLLBACK", "PREPARE TRANSACTION", "COMMIT PREPARED", "ROLLBACK PREPARED":
+		return endOther
+	}
+	return 0
+}
+
+// countRows adds the rows a CommandComplete of the client's says were
+// written, and notes a tag that ends a transaction (lastEnd).
 func (c *session) countRows(body []byte) {
 	tag, _, _ := cstring(body)
 	i := len(tag)
 	for i > 0 && tag[i-1] >= '0' && tag[i-1] <= '9' {
 		i--
 	}
-	if i == len(tag) || i == 0 {
+	if i == len(tag) {
+		if e := endOf(tag); e != 0 {
+			c.lastEnd = e
+		}
+		return
+	}
+	if i == 0 {
 		return
 	}
 	switch tag[0] {

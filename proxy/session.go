@@ -157,10 +157,9 @@ func (a *Admission) Role() string { return a.gr.role }
 
 // Done reports the transaction's outcome: nil when it committed with the
 // fence check, else a *tokens.RefusalError (the fence check refused, or a
-// statement failed; see postgres.RefusalOf; a transaction its client
-// rolled back is STATEMENT_FAILED too, and one whose fate is unknown has
-// metadata "outcome": "unknown"). Only nil raises the replica's mark and
-// is counted and audited accepted. fingerprint is the audit
+// statement failed; see postgres.RefusalOf; one whose fate is unknown has
+// metadata "outcome": "unknown"). Only nil raises the replica's mark. A
+// transaction its client rolled back is RolledBack's, not Done's. fingerprint is the audit
 // fingerprint of the statements (audit.Fingerprint of their text), rows
 // the rows they affected. Done releases the in-flight slot; calls after the
 // first are ignored.
@@ -172,6 +171,27 @@ func (a *Admission) Done(err error, fingerprint string, rows int64) {
 	a.g.inflight[a.backend].Add(-1)
 	a.g.learn(a.ctx, a.backend, a.fence, a.t, a.term, err)
 	a.record(err, true, fingerprint, rows)
+}
+
+// RolledBack reports a transaction its client rolled back (or left)
+// without an error: fencegate accepted its token and nothing of it was
+// applied. It is counted accepted, as nothing was refused, raises no mark,
+// and is audited accepted with rolled_back set and no rows. It releases
+// the in-flight slot; it and Done count once between them.
+func (a *Admission) RolledBack(fingerprint string) {
+	if a.done {
+		return
+	}
+	a.done = true
+	a.g.inflight[a.backend].Add(-1)
+	g := a.g
+	g.finish(a.ctx, a.backend, a.fence, a.t, a.start, a.checked, nil)
+	if g.audit == nil {
+		return
+	}
+	rec := g.auditRecord(a.ctx, policy.ActionSQLWrite, a.backend, a.fence, a.t, a.term, a.hw, a.gr, a.start, nil)
+	rec.Statements, rec.RolledBack = fingerprint, true
+	g.audit.Write(rec)
 }
 
 func (a *Admission) record(err error, ran bool, fingerprint string, rows int64) {

@@ -15,7 +15,9 @@ import (
 // mark raised to its token) only when it committed, that is when it ended
 // with COMMIT's answer "COMMIT" or, implicit, reached ReadyForQuery 'I'
 // with no error; STATEMENT_FAILED with no rows and the mark unchanged when
-// the client rolled it back or abandoned it, or a statement failed it.
+// a statement failed it; accepted with rolled_back set, no rows and the
+// mark unchanged when its client rolled it back or abandoned it (nothing
+// refused it, nothing was applied).
 func TestTransactionOutcomeAudited(t *testing.T) {
 	ctx := t.Context()
 	var trail auditTrail
@@ -58,12 +60,12 @@ func TestTransactionOutcomeAudited(t *testing.T) {
 	}{
 		{"implicit", simple(insert), "accepted", 1},
 		{"explicit commit", simple("BEGIN", insert, "COMMIT"), "accepted", 1},
-		{"explicit rollback", simple("BEGIN", insert, "ROLLBACK"), "STATEMENT_FAILED", 0},
+		{"explicit rollback", simple("BEGIN", insert, "ROLLBACK"), "rolled back", 0},
 		{"implicit, a statement fails", simple(insert + "; SELECT 1/0"), "STATEMENT_FAILED", 0},
-		{"one string, rolled back", simple("BEGIN; " + insert + "; ROLLBACK"), "STATEMENT_FAILED", 0},
+		{"one string, rolled back", simple("BEGIN; " + insert + "; ROLLBACK"), "rolled back", 0},
 		{"commit of a failed block (answered ROLLBACK)", simple("BEGIN", insert, "SELECT 1/0", "COMMIT"), "STATEMENT_FAILED", 0},
 		{"failure undone by a savepoint, committed", simple("BEGIN", insert, "SAVEPOINT s", "SELECT 1/0", "ROLLBACK TO SAVEPOINT s", "COMMIT"), "accepted", 1},
-		{"rolled back to a savepoint, then rolled back", simple("BEGIN", "SAVEPOINT s", insert, "ROLLBACK TO SAVEPOINT s", insert, "ROLLBACK"), "STATEMENT_FAILED", 0},
+		{"rolled back to a savepoint, then rolled back", simple("BEGIN", "SAVEPOINT s", insert, "ROLLBACK TO SAVEPOINT s", insert, "ROLLBACK"), "rolled back", 0},
 		{"a deferred constraint fails the commit", simple("BEGIN", insert, "INSERT INTO outcomes_deferred VALUES ('a'), ('a')", "COMMIT"), "STATEMENT_FAILED", 0},
 		{"extended, implicit", func(t *testing.T) {
 			t.Helper()
@@ -80,7 +82,7 @@ func TestTransactionOutcomeAudited(t *testing.T) {
 				t.Fatal("1/0 did not fail")
 			}
 		}, "STATEMENT_FAILED", 0},
-		{"extended, rolled back", extended("BEGIN", insert, "ROLLBACK"), "STATEMENT_FAILED", 0},
+		{"extended, rolled back", extended("BEGIN", insert, "ROLLBACK"), "rolled back", 0},
 		{"extended, commit of a failed block", extended("BEGIN", insert, "SELECT 1/0", "COMMIT"), "STATEMENT_FAILED", 0},
 		{"extended, committed", extended("BEGIN", insert, "COMMIT"), "accepted", 1},
 		{"abandoned: the client closes its connection", func(t *testing.T) {
@@ -96,7 +98,7 @@ func TestTransactionOutcomeAudited(t *testing.T) {
 			if err := c2.Close(ctx); err != nil {
 				t.Fatal(err)
 			}
-		}, "STATEMENT_FAILED", 0},
+		}, "rolled back", 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			before := len(outcomeRecords(&trail))
@@ -115,12 +117,18 @@ func TestTransactionOutcomeAudited(t *testing.T) {
 				t.Fatalf("got %d audit records (%+v), want 1", len(got), got)
 			}
 			r := got[0]
-			if r.Outcome != tc.outcome || r.Rows != tc.rows {
-				t.Errorf("got outcome %q, rows %d; want %q, rows %d", r.Outcome, r.Rows, tc.outcome, tc.rows)
+			// A transaction its client rolled back was accepted (nothing
+			// refused it) and applied nothing.
+			want, rolledBack := tc.outcome, tc.outcome == "rolled back"
+			if rolledBack {
+				want = "accepted"
 			}
-			if wantAfter := r.HighWaterBefore; tc.outcome == "accepted" && r.HighWaterAfter != tok ||
-				tc.outcome != "accepted" && r.HighWaterAfter != wantAfter {
-				t.Errorf("got high-water %d -> %d for outcome %q (token %d)", r.HighWaterBefore, r.HighWaterAfter, r.Outcome, tok)
+			if r.Outcome != want || r.RolledBack != rolledBack || r.Rows != tc.rows {
+				t.Errorf("got outcome %q, rolled_back %v, rows %d; want %q, rolled_back %v, rows %d",
+					r.Outcome, r.RolledBack, r.Rows, want, rolledBack, tc.rows)
+			}
+			if applied := tc.outcome == "accepted"; applied && r.HighWaterAfter != tok || !applied && r.HighWaterAfter != r.HighWaterBefore {
+				t.Errorf("got high-water %d -> %d for outcome %q (token %d)", r.HighWaterBefore, r.HighWaterAfter, tc.outcome, tok)
 			}
 		})
 	}

@@ -581,7 +581,7 @@ func (c *session) done(_ error) {
 			case c.failure != nil:
 				why = c.failure
 			case c.clientGone.Load():
-				why = rolledBack(c.fence, open.Token(), "the client closed its connection in the transaction; the database rolled it back")
+				why = withdrawn // the database rolled it back
 			default:
 				why = tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, open.Token(),
 					"the session's connection to the database closed with the transaction open; the database rolled it back")
@@ -1000,12 +1000,12 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		a.Done(tokens.Refuse(tokens.ReasonStatementFailed, c.fence, a.Token(), "not run: an earlier message of the pipeline failed"), "", 0)
 	}
 	if ended != nil {
-		c.finish(ended, c.outcome(ended))
+		c.finish(ended, c.outcome())
 	}
 	if passed != nil {
 		passed.Checked()
 		if unended != nil {
-			c.finish(unended, c.outcome(unended))
+			c.finish(unended, c.outcome())
 		}
 		// The transaction's statements so far: those that set it up
 		// before its check (pendingCheck).
@@ -1048,20 +1048,20 @@ const (
 	endOther  = 'R'
 )
 
-// outcome is what became of a, the open transaction whose end the server
-// just answered, as Done is to be told: nil when it committed, that is
-// when the last statement that ended a transaction was a COMMIT, or when
-// none did and no error came since its check passed (an implicit
-// transaction, which ReadyForQuery 'I' ends); else its first error
-// (STATEMENT_FAILED), or its rollback by the client.
-func (c *session) outcome(a *proxy.Admission) *tokens.RefusalError {
+// outcome is what became of the open transaction whose end the server just
+// answered, as finish is to be told: nil when it committed, that is when
+// the last statement that ended a transaction was a COMMIT, or when none
+// did and no error came since its check passed (an implicit transaction,
+// which ReadyForQuery 'I' ends); else its first error (STATEMENT_FAILED),
+// or withdrawn, its rollback by the client.
+func (c *session) outcome() *tokens.RefusalError {
 	switch {
 	case c.lastEnd == endCommit:
 		return nil
 	case c.failure != nil:
 		return c.failure
 	case c.lastEnd == endOther:
-		return rolledBack(c.fence, a.Token(), "the client rolled the transaction back")
+		return withdrawn
 	}
 	return nil
 }
@@ -1070,6 +1070,10 @@ func (c *session) outcome(a *proxy.Admission) *tokens.RefusalError {
 // ended: the rows its statements changed count only where they may be in
 // the database (it committed, or its outcome is unknown).
 func (c *session) finish(a *proxy.Admission, r *tokens.RefusalError) {
+	if r == withdrawn {
+		a.RolledBack(c.fingerprint(a))
+		return
+	}
 	if r == nil {
 		a.Done(nil, c.fingerprint(a), c.rows)
 		return
@@ -1081,14 +1085,11 @@ func (c *session) finish(a *proxy.Admission, r *tokens.RefusalError) {
 	a.Done(r, c.fingerprint(a), rows)
 }
 
-// rolledBack is the outcome of a transaction the client rolled back, or
-// abandoned, without an error: nothing of it was applied. API.md has no
-// reason for a write its own client withdrew; STATEMENT_FAILED ("rolled
-// back") is the one that says nothing was applied without blaming the
-// backend (BACKEND_UNAVAILABLE) or fencegate's decision.
-func rolledBack(fence string, t tokens.Token, msg string) *tokens.RefusalError {
-	return tokens.Refuse(tokens.ReasonStatementFailed, fence, t, "%s", msg)
-}
+// withdrawn stands, where an outcome is a refusal, for a transaction its
+// client rolled back, or left, without an error: nothing of it was applied
+// and nothing refused it (Admission.RolledBack). A connection pool's
+// ROLLBACK on every connection it takes back is one.
+var withdrawn = &tokens.RefusalError{Reason: tokens.ReasonStatementFailed, Msg: "withdrawn by the client"}
 
 // statementFailed is the STATEMENT_FAILED outcome of a, the open
 // transaction, failed by an ErrorResponse (body) to g: the server's error

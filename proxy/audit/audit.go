@@ -47,6 +47,9 @@ type Record struct {
 	Statements string `json:"statements_sha256"`
 	// Shadow marks a write the policy would have refused in shadow mode.
 	Shadow bool `json:"shadow_denied,omitempty"`
+	// RolledBack marks an accepted PostgreSQL-listener transaction its
+	// client rolled back (or left): nothing of it was applied.
+	RolledBack bool `json:"rolled_back,omitempty"`
 }
 
 // Options configure a Log.

@@ -89,6 +89,9 @@ type Watcher struct {
 	// testHookBeforeList, if set, runs once the watch is created and
 	// before the list at the revision it reports.
 	testHookBeforeList func(listRev int64)
+	// testHookWatchRev, if set, replaces the revision the watch's
+	// creation reports (a member lagging behind).
+	testHookWatchRev func(watchRev int64) int64
 }
 
 type candidate struct {
@@ -252,6 +255,9 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 		}
 		listRev = wr.Header.Revision
 	}
+	if w.testHookWatchRev != nil {
+		listRev = w.testHookWatchRev(listRev)
+	}
 	if w.testHookBeforeList != nil {
 		w.testHookBeforeList(listRev)
 	}
@@ -263,6 +269,16 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 	}
 	if stream.ended() {
 		return errWatchLost
+	}
+	// The watch's revision is its member's, which may lag behind the
+	// cluster (a follower catching up); the list's header is linearizable.
+	// Only that one below what was applied is etcd gone back; a watch
+	// behind it is on a member that has not caught up: start again.
+	w.mu.RLock()
+	applied := w.applied
+	w.mu.RUnlock()
+	if listRev < applied && resp.Header.Revision >= applied {
+		return fmt.Errorf("watch's etcd member is behind (revision %d, %d applied); watching again", listRev, applied)
 	}
 	w.applyList(listRev, resp.Kvs)
 	w.lists.Add(1)

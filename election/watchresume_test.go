@@ -2,6 +2,7 @@ package election
 
 import (
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -82,4 +83,53 @@ func TestWatchLostStreamUnsyncsAtOnce(t *testing.T) {
 	waitFor(t, "the watcher to say it no longer follows etcd", func() bool { return !w.Fresh("jobs") })
 	proxy.Restore()
 	waitFor(t, "the watcher to follow etcd again", w.Synced)
+}
+
+// TestWatchOnLaggingMemberIsNoRewind: the revision a watch's creation
+// reports is its member's own, and a follower catching up reports one
+// below what the Watcher applied from another member. That is no rewind
+// of etcd: taken for one, every current term would be refused (floor) and
+// no leader would ever campaign again to end it. The list's linearizable
+// revision tells the two apart; on a lagging member the Watcher watches
+// again. The lag is simulated (a single member cannot lag): the revision
+// one creation reports is replaced by one below what was applied.
+func TestWatchOnLaggingMemberIsNoRewind(t *testing.T) {
+	proxy, err := netfault.New(strings.TrimPrefix(endpoints()[0], "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { proxy.Close() })
+	direct := newClient(t)
+	prefix := testPrefix(t)
+	cd := newCandidate(t, direct, prefix, "jobs")
+	cd.campaign(t, "a")
+	w, err := NewWatcher(clientAt(t, "http://"+proxy.Addr()), WatcherConfig{Prefix: prefix, CheckInterval: 100 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var lag, lagged atomic.Bool
+	w.testHookWatchRev = func(rev int64) int64 {
+		if !lag.CompareAndSwap(true, false) {
+			return rev
+		}
+		w.mu.RLock()
+		defer w.mu.RUnlock()
+		lagged.Store(true)
+		return max(w.applied-1, 1)
+	}
+	runWatcher(t, w)
+	waitFor(t, "the leader", func() bool { return w.Synced() && w.Term("jobs").Rev == cd.e.Rev() })
+
+	lag.Store(true)
+	proxy.Drop()
+	proxy.Restore()
+	waitFor(t, "a watch on the lagging member", lagged.Load)
+	waitFor(t, "synced again", w.Synced)
+	if got := w.Term("jobs"); got.Rev != cd.e.Rev() || !got.HasLeader() {
+		w.mu.RLock()
+		floor := w.floor
+		w.mu.RUnlock()
+		t.Fatalf("after a watch on a member behind the cluster, jobs reads %+v (floor %d), want leader at %d: a lagging member taken for a rewind",
+			got, floor, cd.e.Rev())
+	}
 }

@@ -34,7 +34,9 @@ client), and once leader run CMD with these in its environment:
 
 FENCECTL_TOKEN and FENCECTL_ETCD_PASSWORD are not passed on. CMD runs in a
 process group of its own (so it cannot read the terminal); SIGINT, SIGTERM
-and SIGHUP sent to fencectl once leader are forwarded to that group.
+and SIGHUP sent to fencectl once leader are forwarded to that group, and so
+are SIGTSTP (Ctrl-Z) and SIGCONT: CMD stops, fencectl does not, and keeps
+the leadership (kill -CONT <fencectl's pid> resumes CMD).
 
 When the leadership ends (the key is deleted, etcd says the lease is gone,
 or no keep-alive has proven the lease alive for long enough that it might
@@ -50,7 +52,8 @@ fencegate, is what makes such a late writer harmless.
 
 When CMD exits, whatever it left is killed (in its process group or not:
 fencectl is a subreaper, so what a process below it leaves when it exits
-comes to fencectl), the leadership is resigned (key deleted, lease
+comes to fencectl; each is stopped first, until no new one appears, so a
+daemon that forks itself over and over is caught), the leadership is resigned (key deleted, lease
 revoked), and fencectl exits with CMD's status (128+n when a signal n ended
 it). If fencectl dies, the kernel sends CMD SIGKILL; what CMD started
 outlives it, holding the token, until fencegate refuses the token.
@@ -262,7 +265,7 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 			// Signals first, words after: writing to stderr may fail
 			// or block.
 			if !at.After(now) {
-				killAll(pgid)
+				killAll(pgid, true)
 				fmt.Fprintf(stderr, "fencectl: %s; SIGKILL to %s\n", lostMsg, rest[0])
 				continue
 			}
@@ -273,14 +276,14 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 			fmt.Fprintf(stderr, "fencectl: %s; SIGTERM to %s, SIGKILL in %v\n", lostMsg, rest[0], at.Sub(now).Round(time.Millisecond))
 		case <-killC:
 			killC = nil
-			killAll(pgid)
+			killAll(pgid, true)
 		}
 	}
 	if killT != nil {
 		killT.Stop()
 	}
 	// What CMD left behind, in its group or not, holds the token too.
-	if n := killAll(pgid); n > 0 {
+	if n := killAll(pgid, false); n > 0 {
 		fmt.Fprintf(stderr, "fencectl: run: killed %d %s that %s left behind\n", n, map[bool]string{true: "process", false: "processes"}[n == 1], rest[0])
 	}
 	resign()
@@ -307,19 +310,25 @@ func killTree(pgid int, sig syscall.Signal) {
 	}
 }
 
-// killQuiet is how many scans in a row must find nothing new before
-// killAll kills what it stopped, and killScans bounds its scans.
+// How many scans in a row must find nothing new before killAll kills what
+// it stopped: killQuiet once it has found something (a daemon that forks
+// itself over and over lives a moment per process, and one scan may miss
+// them all), killIdle while it has found nothing (CMD left nothing behind:
+// its leadership is resigned without delay). killScans bounds the scans.
 const (
 	killQuiet = 20
+	killIdle  = 3
 	killScans = 2000
 )
 
 // killAll kills CMD's process group and every live process below
-// fencectl, and returns how many of the latter it found. A scan and a kill
+// fencectl, and returns how many of the latter it killed. A scan and a kill
 // would miss what forks in between: a daemon that forks itself and exits,
 // over and over, escapes every round. So killAll first stops them (a
-// stopped process cannot fork), again and again until killQuiet scans in
-// a row find no process it has not stopped, and then kills them all.
+// stopped process cannot fork), again and again until scans in a row find
+// no process it has not stopped, and then kills what is still below
+// fencectl: a process id is signalled only while it is fencectl's
+// descendant, never one freed and reused meanwhile.
 //
 // Processes are stopped one by one and by process group, as signalling a
 // group reaches all its members at once, those forked meanwhile included:
@@ -327,14 +336,21 @@ const (
 // signalled only when all its members are known to be fencectl's: it is
 // CMD's, or its process has left fencectl's session (a session is joined
 // only by birth, so the whole of one a descendant made is below
-// fencectl), or its leader is a live descendant.
-func killAll(pgid int) int {
-	_ = syscall.Kill(-pgid, syscall.SIGSTOP)
+// fencectl), or its leader is a live descendant; and only while a
+// descendant is in it. cmdAlive: CMD is not yet reaped, so its group
+// exists.
+func killAll(pgid int, cmdAlive bool) int {
+	if cmdAlive {
+		_ = syscall.Kill(-pgid, syscall.SIGSTOP)
+	}
 	self := os.Getpid()
 	sid, _ := unix.Getsid(0)
 	stopped := map[int]bool{}
-	groups := map[int]bool{pgid: true}
-	for quiet, scans := 0, 0; quiet < killQuiet && scans < killScans; scans++ {
+	groups := map[int]bool{}
+	for quiet, scans := 0, 0; scans < killScans; scans++ {
+		if quiet >= killIdle && (len(stopped) == 0 || quiet >= killQuiet) {
+			break
+		}
 		quiet++
 		procs := descendants(self)
 		live := make(map[int]bool, len(procs))
@@ -346,19 +362,24 @@ func killAll(pgid int) int {
 				stopped[p.pid], quiet = true, 0
 				_ = syscall.Kill(p.pid, syscall.SIGSTOP)
 			}
-			if !groups[p.pgid] && p.pgid > 0 && (p.sid != sid || live[p.pgid]) {
+			if !groups[p.pgid] && p.pgid > 0 && (p.pgid == pgid || p.sid != sid || live[p.pgid]) {
 				groups[p.pgid], quiet = true, 0
 				_ = syscall.Kill(-p.pgid, syscall.SIGSTOP)
 			}
 		}
 	}
-	for g := range groups {
-		_ = syscall.Kill(-g, syscall.SIGKILL)
+	if cmdAlive {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
 	}
-	for pid := range stopped {
-		_ = syscall.Kill(pid, syscall.SIGKILL)
+	left := descendants(self)
+	for _, p := range left {
+		if groups[p.pgid] {
+			_ = syscall.Kill(-p.pgid, syscall.SIGKILL)
+			delete(groups, p.pgid)
+		}
+		_ = syscall.Kill(p.pid, syscall.SIGKILL)
 	}
-	return len(stopped)
+	return len(left)
 }
 
 // descendant is a live process below fencectl.

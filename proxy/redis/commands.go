@@ -384,6 +384,10 @@ type plan struct {
 	args []any
 	// lease is set for a lease fence's write: it runs leaseScript.
 	lease bool
+	// leaseKeys, set by check when leaseHere, are the keys of the
+	// fence's lease in this Redis.
+	leaseKeys LeaseKeys
+	leaseHere bool
 	// cmd is the EVALSHA command of keys and args (seal).
 	cmd []any
 
@@ -405,7 +409,7 @@ func (p *plan) reset() {
 	clear(p.args)
 	clear(p.cmd)
 	p.keys, p.args, p.cmd = p.keys[:0], p.args[:0], p.cmd[:0]
-	p.nw, p.lease = 0, false
+	p.nw, p.lease, p.leaseKeys, p.leaseHere = 0, false, LeaseKeys{}, false
 	p.written.reset()
 	p.read.reset()
 }
@@ -464,7 +468,10 @@ func (b *Backend) check(p *plan, fence string, t tokens.Token, cmds [][]string) 
 	written, read := &p.written, &p.read
 	var lease LeaseKeys
 	if b.cfg.Leases != nil {
-		lease, _ = b.cfg.Leases(fence)
+		var ok bool
+		if lease, ok = b.cfg.Leases(fence); ok && !lease.Elsewhere {
+			p.leaseKeys, p.leaseHere = lease, true
+		}
 	}
 	snapshot := true
 	for i, c := range cmds {

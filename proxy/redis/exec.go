@@ -71,10 +71,8 @@ func (b *Backend) planOf(p *plan, fence string, t tokens.Token, cmds [][]string)
 	if r != nil {
 		return r
 	}
-	if b.cfg.Leases != nil {
-		if lk, ok := b.cfg.Leases(fence); ok && !lk.Elsewhere {
-			p.withLease(lk)
-		}
+	if p.leaseHere {
+		p.withLease(p.leaseKeys)
 	}
 	p.seal()
 	return nil

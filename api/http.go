@@ -92,6 +92,9 @@ func (s *Server) limitBody(gw *runtime.ServeMux) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody))
+		if fence, ok := pathFence(r); ok {
+			r.Body = jsonbody.PathFenced(r.Body, fence)
+		}
 		gw.ServeHTTP(w, r)
 	})
 }
@@ -121,6 +124,19 @@ func (s *Server) refuseWrite(ctx context.Context, r *http.Request, problem *toke
 
 // writeOf says whether r asks for a write, POST /v1/fences/{fence}/sql or
 // /redis, and of which fence.
+// pathFence is the fence a POST to /v1/fences/{fence}/... names.
+func pathFence(r *http.Request) (string, bool) {
+	if r.Method != http.MethodPost {
+		return "", false
+	}
+	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/fences/")
+	if !ok {
+		return "", false
+	}
+	fence, _, ok := strings.Cut(rest, "/")
+	return fence, ok && fence != ""
+}
+
 func writeOf(r *http.Request) (policy.Action, string, bool) {
 	if r.Method != http.MethodPost {
 		return "", "", false

@@ -16,6 +16,7 @@ package jsonbody
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -30,7 +31,8 @@ import (
 // One more difference: text after the JSON object is refused, not ignored.
 type Codec struct{ *runtime.JSONPb }
 
-// NewDecoder returns a decoder of one JSON request body from r.
+// NewDecoder returns a decoder of one JSON request body from r. A body of
+// PathFenced that names another fence than its path is refused.
 func (c Codec) NewDecoder(r io.Reader) runtime.Decoder {
 	return runtime.DecoderFunc(func(v any) error {
 		m, ok := v.(proto.Message)
@@ -41,8 +43,37 @@ func (c Codec) NewDecoder(r io.Reader) runtime.Decoder {
 		if err != nil {
 			return err
 		}
-		return c.Decode(body, m)
+		if err := c.Decode(body, m); err != nil {
+			return err
+		}
+		if pf, ok := r.(*pathFenced); ok {
+			if f, ok := m.(interface{ GetFence() string }); ok && f.GetFence() != "" && f.GetFence() != pf.fence {
+				return fmt.Errorf("the body names fence %q, the path %q: send the fence in the path only", clip(f.GetFence()), pf.fence)
+			}
+		}
+		return nil
 	})
+}
+
+// PathFenced is the body of a request whose path names fence. grpc-gateway
+// decodes the body, then sets the fence from the path over whatever the
+// body said: a body naming another fence would be run as the path's.
+// Codec refuses it instead.
+func PathFenced(body io.ReadCloser, fence string) io.ReadCloser {
+	return &pathFenced{ReadCloser: body, fence: fence}
+}
+
+type pathFenced struct {
+	io.ReadCloser
+	fence string
+}
+
+// clip bounds a client's string quoted in an error.
+func clip(s string) string {
+	if len(s) > 64 {
+		return s[:64] + "..."
+	}
+	return s
 }
 
 // Decode decodes body into m. An empty body (only white space) is io.EOF,

@@ -46,10 +46,14 @@ func TestRedTeam18BodyFenceDisagreesWithPath(t *testing.T) {
 	}
 
 	for _, tc := range []struct{ name, path, body string }{
-		{"sql", "/v1/fences/" + fence + "/sql",
-			`{"fence":"` + other + `","statements":[` + insert(table, "for-"+other, lo.token) + `]}`},
-		{"redis", "/v1/fences/" + fence + "/redis",
-			`{"fence":"` + other + `","commands":[["SET","` + key + `","for-` + other + `"]]}`},
+		{
+			"sql", "/v1/fences/" + fence + "/sql",
+			`{"fence":"` + other + `","statements":[` + insert(table, "for-"+other, lo.token) + `]}`,
+		},
+		{
+			"redis", "/v1/fences/" + fence + "/redis",
+			`{"fence":"` + other + `","commands":[["SET","` + key + `","for-` + other + `"]]}`,
+		},
 	} {
 		got := rtDo(t, http.MethodPost, r.url+tc.path, jsonHdr("Fencing-Token", tok), strings.NewReader(tc.body), 0)
 		if got.code != http.StatusBadRequest || got.reason != "INVALID_REQUEST" {

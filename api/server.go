@@ -6,6 +6,7 @@ import (
 	goruntime "runtime"
 	"strconv"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
@@ -13,6 +14,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/tap"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
@@ -321,13 +323,67 @@ func ServerOptions(maxBody int) []grpc.ServerOption {
 		grpc.MaxHeaderListSize(maxMetadataBytes),
 		grpc.MaxConcurrentStreams(maxStreams),
 		grpc.NumStreamWorkers(uint32(goruntime.GOMAXPROCS(0))),
+		grpc.InTapHandle(firstMessageTap),
+		grpc.ChainUnaryInterceptor(firstMessageUnary),
+		grpc.ChainStreamInterceptor(firstMessageStream),
 	}
 }
 
 const (
 	maxMetadataBytes = 64 << 10
 	maxStreams       = 1024
+	// firstMessageTimeout bounds how long a call may wait for its request
+	// message after its headers, as the HTTP port's ReadTimeout bounds a
+	// request's body: a client that sends headers and never the message
+	// would hold the call, and its goroutine, for as long as it liked,
+	// before any interceptor could authenticate it.
+	firstMessageTimeout = 30 * time.Second
 )
+
+type firstMessageKey struct{}
+
+// firstMessageTap gives each call a context that firstMessageTimeout ends
+// unless its first message comes first (firstMessageCame); grpc-go's read
+// of the message waits on that context.
+func firstMessageTap(ctx context.Context, _ *tap.Info) (context.Context, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	t := time.AfterFunc(firstMessageTimeout, cancel)
+	return context.WithValue(ctx, firstMessageKey{}, t), nil
+}
+
+// firstMessageCame lifts the call's first-message deadline.
+func firstMessageCame(ctx context.Context) {
+	if t, ok := ctx.Value(firstMessageKey{}).(*time.Timer); ok {
+		t.Stop()
+	}
+}
+
+// firstMessageUnary runs once a unary call's message has come.
+func firstMessageUnary(ctx context.Context, req any, _ *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
+	firstMessageCame(ctx)
+	return handler(ctx, req)
+}
+
+// firstMessageStream lifts a stream's deadline at its first message (the
+// health service's Watch, reflection), which then lives as long as it
+// needs.
+func firstMessageStream(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	return handler(srv, &firstMessageServerStream{ServerStream: ss})
+}
+
+type firstMessageServerStream struct {
+	grpc.ServerStream
+	came bool
+}
+
+func (s *firstMessageServerStream) RecvMsg(m any) error {
+	err := s.ServerStream.RecvMsg(m)
+	if !s.came {
+		s.came = true
+		firstMessageCame(s.Context())
+	}
+	return err
+}
 
 // appliedButUnencodable is the error of a write that was applied but whose
 // result i has no JSON form: it must not read as a refusal, or a client

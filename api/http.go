@@ -92,7 +92,7 @@ func (s *Server) limitBody(gw *runtime.ServeMux) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, int64(s.maxBody))
-		if fence, ok := pathFence(r); ok {
+		if fence, _, ok := pathFence(r); ok {
 			r.Body = jsonbody.PathFenced(r.Body, fence)
 		}
 		gw.ServeHTTP(w, r)
@@ -122,31 +122,24 @@ func (s *Server) refuseWrite(ctx context.Context, r *http.Request, problem *toke
 	return s.gw.RefuseRequest(proxy.WithProtocol(ctx, proxy.ProtocolHTTP), a, fence, raw, problem)
 }
 
-// writeOf says whether r asks for a write, POST /v1/fences/{fence}/sql or
-// /redis, and of which fence.
-// pathFence is the fence a POST to /v1/fences/{fence}/... names.
-func pathFence(r *http.Request) (string, bool) {
+// pathFence is the fence a POST to /v1/fences/{fence}/{op} names, and op.
+func pathFence(r *http.Request) (fence, op string, ok bool) {
 	if r.Method != http.MethodPost {
-		return "", false
+		return "", "", false
 	}
 	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/fences/")
 	if !ok {
-		return "", false
+		return "", "", false
 	}
-	fence, _, ok := strings.Cut(rest, "/")
-	return fence, ok && fence != ""
+	fence, op, ok = strings.Cut(rest, "/")
+	return fence, op, ok && fence != ""
 }
 
+// writeOf says whether r asks for a write, POST /v1/fences/{fence}/sql or
+// /redis, and of which fence.
 func writeOf(r *http.Request) (policy.Action, string, bool) {
-	if r.Method != http.MethodPost {
-		return "", "", false
-	}
-	rest, ok := strings.CutPrefix(r.URL.Path, "/v1/fences/")
+	fence, op, ok := pathFence(r)
 	if !ok {
-		return "", "", false
-	}
-	fence, op, ok := strings.Cut(rest, "/")
-	if !ok || fence == "" {
 		return "", "", false
 	}
 	switch op {

@@ -3,6 +3,7 @@ package election
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
@@ -24,11 +25,9 @@ import (
 type firstStream struct {
 	pb.WatchClient
 
-	once sync.Once
-	lost chan struct{} // closed when the first stream ends, or a second opens
-
-	mu     sync.Mutex
-	opened bool
+	once   sync.Once
+	lost   chan struct{} // closed when the first stream ends, or a second opens
+	opened atomic.Bool
 }
 
 func newFirstStream(wc pb.WatchClient) *firstStream {
@@ -56,11 +55,7 @@ func (s *firstStream) Watch(ctx context.Context, opts ...grpc.CallOption) (pb.Wa
 	if err != nil {
 		return nil, err
 	}
-	s.mu.Lock()
-	first := !s.opened
-	s.opened = true
-	s.mu.Unlock()
-	if !first {
+	if !s.opened.CompareAndSwap(false, true) {
 		s.end()
 		return wc, nil
 	}

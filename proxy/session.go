@@ -74,7 +74,7 @@ func (g *Gateway) AdmitSQL(ctx context.Context, fence, rawToken string) (*Admiss
 		err = g.enter(backendPostgres, fence, a.t)
 	}
 	if err != nil {
-		a.record(err, false, "", 0)
+		a.record(err, false, "", 0, false)
 		return nil, err
 	}
 	return a, nil
@@ -164,13 +164,7 @@ func (a *Admission) Role() string { return a.gr.role }
 // the rows they affected. Done releases the in-flight slot; calls after the
 // first are ignored.
 func (a *Admission) Done(err error, fingerprint string, rows int64) {
-	if a.done {
-		return
-	}
-	a.done = true
-	a.g.inflight[a.backend].Add(-1)
-	a.g.learn(a.ctx, a.backend, a.fence, a.t, a.term, err)
-	a.record(err, true, fingerprint, rows)
+	a.end(err, fingerprint, rows, false)
 }
 
 // RolledBack reports a transaction its client rolled back (or left)
@@ -179,22 +173,22 @@ func (a *Admission) Done(err error, fingerprint string, rows int64) {
 // and is audited accepted with rolled_back set and no rows. It releases
 // the in-flight slot; it and Done count once between them.
 func (a *Admission) RolledBack(fingerprint string) {
+	a.end(nil, fingerprint, 0, true)
+}
+
+func (a *Admission) end(err error, fingerprint string, rows int64, rolledBack bool) {
 	if a.done {
 		return
 	}
 	a.done = true
 	a.g.inflight[a.backend].Add(-1)
-	g := a.g
-	g.finish(a.ctx, a.backend, a.fence, a.t, a.start, a.checked, nil)
-	if g.audit == nil {
-		return
+	if !rolledBack {
+		a.g.learn(a.ctx, a.backend, a.fence, a.t, a.term, err)
 	}
-	rec := g.auditRecord(a.ctx, policy.ActionSQLWrite, a.backend, a.fence, a.t, a.term, a.hw, a.gr, a.start, nil)
-	rec.Statements, rec.RolledBack = fingerprint, true
-	g.audit.Write(rec)
+	a.record(err, true, fingerprint, rows, rolledBack)
 }
 
-func (a *Admission) record(err error, ran bool, fingerprint string, rows int64) {
+func (a *Admission) record(err error, ran bool, fingerprint string, rows int64, rolledBack bool) {
 	g := a.g
 	g.finish(a.ctx, a.backend, a.fence, a.t, a.start, a.checked, err)
 	if g.audit == nil {
@@ -206,5 +200,6 @@ func (a *Admission) record(err error, ran bool, fingerprint string, rows int64) 
 	} else {
 		rec.Statements = audit.Fingerprint()
 	}
+	rec.RolledBack = rolledBack
 	g.audit.Write(rec)
 }

@@ -95,6 +95,10 @@ type envOptions struct {
 	// poolDSN is fencegate's own login, on the database the listener
 	// serves; "" for gatewayDSN.
 	poolDSN string
+	// proxy are the pipeline's other options (a policy, authentication
+	// required), as serve wires them; Terms, Postgres and Audit are the
+	// env's.
+	proxy proxy.Options
 }
 
 func newEnvWith(t *testing.T, cfg pgwire.Config, o envOptions) *env {
@@ -140,7 +144,9 @@ func newEnvWith(t *testing.T, cfg pgwire.Config, o envOptions) *env {
 			t.Fatal(err)
 		}
 	}
-	gw, err := proxy.New(proxy.DefaultConfig(), proxy.Options{Terms: terms, Postgres: pg, Audit: o.audit})
+	popts := o.proxy
+	popts.Terms, popts.Postgres, popts.Audit = terms, pg, o.audit
+	gw, err := proxy.New(proxy.DefaultConfig(), popts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,86 +3,19 @@ package pgwire_test
 import (
 	"context"
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/api/auth"
 	"github.com/fencegate/fencegate/api/auth/authtest"
 	"github.com/fencegate/fencegate/api/pgwire"
-	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/policy"
-	"github.com/fencegate/fencegate/proxy/postgres"
 )
-
-// rt17Env is newEnv with the pipeline's policy and authentication
-// options, as serve wires them (newEnvWith leaves them out).
-func rt17Env(t *testing.T, cfg pgwire.Config, opts proxy.Options) *env {
-	t.Helper()
-	ctx := context.WithoutCancel(t.Context())
-	cli, err := clientv3.New(clientv3.Config{Endpoints: etcdEndpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cli.Close() })
-	w, err := election.NewWatcher(cli, election.WatcherConfig{Prefix: prefix})
-	if err != nil {
-		t.Fatal(err)
-	}
-	wctx, cancel := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); _ = w.Run(wctx) }()
-	t.Cleanup(func() { cancel(); wg.Wait() })
-	for deadline := time.Now().Add(10 * time.Second); !w.Synced(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("watch not synced")
-		}
-	}
-	pg, err := postgres.Open(ctx, gatewayDSN, postgres.DefaultConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pg.Close)
-	opts.Terms, opts.Postgres = w, pg
-	gw, err := proxy.New(proxy.DefaultConfig(), opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.PostgresDSN = pgServer.DSN()
-	cfg.Sessions = pg
-	srv, err := pgwire.New(gw, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan struct{})
-	go func() { defer close(done); _ = srv.Serve(lis) }()
-	t.Cleanup(func() {
-		sctx, c := context.WithTimeout(ctx, 5*time.Second)
-		defer c()
-		_ = srv.Shutdown(sctx)
-		<-done
-	})
-	admin, err := pgx.Connect(ctx, pgServer.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { admin.Close(ctx) })
-	_, port, _ := net.SplitHostPort(lis.Addr().String())
-	return &env{addr: lis.Addr().String(), port: port, cli: cli, admin: admin, srv: srv}
-}
 
 // rt17Put replaces path with data by renaming a complete file into place.
 func rt17Put(t *testing.T, path string, data []byte) {
@@ -121,7 +54,7 @@ func TestRedTeam17DenyRuleDoesNotReachOpenTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := rt17Env(t, pgwire.Config{}, proxy.Options{Policy: store})
+	e := newEnvWith(t, pgwire.Config{}, envOptions{proxy: proxy.Options{Policy: store}})
 	e.table(t, "rt17deny_t")
 	tok, _ := e.lead(t, "rt17deny")
 	c := e.connect(t, "rt17deny", tok)
@@ -206,7 +139,7 @@ func TestRedTeam17RemovedCAStillNamesPgwireSession(t *testing.T) {
 		t.Fatal(err)
 	}
 	// As serve wires it: the listeners' reloading TLS config.
-	e := rt17Env(t, pgwire.Config{TLS: pgwire.TLSFrom(st.Config())}, proxy.Options{Policy: store, AuthRequired: true})
+	e := newEnvWith(t, pgwire.Config{TLS: pgwire.TLSFrom(st.Config())}, envOptions{proxy: proxy.Options{Policy: store, AuthRequired: true}})
 	e.table(t, "rt17ca_t")
 	tok, _ := e.lead(t, "rt17ca")
 	dsn := fmt.Sprintf("postgres://worker@%s/postgres?sslmode=verify-full&sslrootcert=%s&sslcert=%s&sslkey=%s&fencegate.fence=rt17ca&fencegate.token=%d",

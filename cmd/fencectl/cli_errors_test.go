@@ -66,9 +66,6 @@ func TestFenceGetUnknown(t *testing.T) {
 // fencegate's HTTP endpoint and the prefix.
 func startServe(t *testing.T) (string, string) {
 	t.Helper()
-	if _, err := redisthrowaway.FindBinary(); err != nil {
-		t.Skipf("redis-server: %v", err)
-	}
 	rd, err := redisthrowaway.Start(t.Context(), redisthrowaway.Options{})
 	if err != nil {
 		t.Fatal(err)

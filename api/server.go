@@ -345,9 +345,13 @@ type firstMessageKey struct{}
 // firstMessageTap gives each call a context that firstMessageTimeout ends
 // unless its first message comes first (firstMessageCame); grpc-go's read
 // of the message waits on that context.
+// The timer also stops when the call ends without an interceptor (an
+// unknown method, a message grpc-go refuses): it would hold the call's
+// context and metadata for the rest of firstMessageTimeout.
 func firstMessageTap(ctx context.Context, _ *tap.Info) (context.Context, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	t := time.AfterFunc(firstMessageTimeout, cancel)
+	context.AfterFunc(ctx, func() { t.Stop() })
 	return context.WithValue(ctx, firstMessageKey{}, t), nil
 }
 

@@ -17,7 +17,9 @@ import (
 // TestFenceGetUnknown: `fence get` of a fence fencegate knows nothing of
 // is an error naming it, on one line, and status 1, as kubectl get and
 // etcdctl users expect; not a row of dashes and status 0. A fence known
-// only by its election, with no leader and no mark, is still shown.
+// only by its election, with no leader and no mark, is still shown. So is
+// `fence reset` of one, which lowered nothing; both name the known fences
+// the name is close to.
 func TestFenceGetUnknown(t *testing.T) {
 	endpoint, prefix := startServe(t)
 	c := newClient(t)
@@ -45,6 +47,26 @@ func TestFenceGetUnknown(t *testing.T) {
 	}{
 		{"unknown", []string{"fence", "get", "nosuch"}, 1, notFound},
 		{"unknown, json", []string{"fence", "get", "nosuch", "-w", "json"}, 1, notFound},
+		{
+			"unknown, close to a known one",
+			[]string{"fence", "get", "wsa-led"},
+			1,
+			`fencectl: fence "wsa-led" not found: no backend holds a high-water mark for it and no election of that name is known (see 'fencectl fences'); did you mean "was-led"?` + "\n",
+		},
+		// A reset that lowered nothing, of a fence fencegate does not know:
+		// most likely a mistyped name, which must not read as done.
+		{
+			"reset unknown",
+			[]string{"fence", "reset", "wsa-led", "--to", "0"},
+			1,
+			`fencectl: fence "wsa-led" not found: no backend holds a high-water mark for it and no election of that name is known (see 'fencectl fences'); nothing was reset; did you mean "was-led"?` + "\n",
+		},
+		{
+			"reset known, without a mark",
+			[]string{"fence", "reset", "was-led", "--to", "0"},
+			0,
+			"fence was-led: no high-water mark in any backend; nothing to lower\n",
+		},
 		{"with a leader", []string{"fence", "get", "led"}, 0, "FENCE  HIGH-WATER  TERM  LEADER\nled    -          *"},
 		{"election without a leader", []string{"fence", "get", "was-led"}, 0, "FENCE    HIGH-WATER  TERM  LEADER\nwas-led  -           -     -\n"},
 	} {

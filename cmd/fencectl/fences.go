@@ -2,9 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strconv"
 
 	"github.com/fencegate/fencegate/cmd/internal/suggest"
@@ -46,7 +46,9 @@ marks are lowered to --to, and every fencegate replica watching etcd
 forgets its terms and marks above it. Give the real leader's current token:
 tokens from --to up are admitted again, lower ones stay refused. --to 0
 forgets the fence. A mark at or above the current one changes nothing.
-Needs the policy action fence.admin; fencegate audits it.`
+A fence fencegate does not know is an error (status 1), as a mistyped
+name must not read as done. Needs the policy action fence.admin;
+fencegate audits it.`
 
 func runFence(ctx context.Context, g *globalConfig, args []string, stdout, stderr io.Writer) error {
 	if len(args) > 0 && args[0] == "reset" {
@@ -81,10 +83,8 @@ func runFence(ctx context.Context, g *globalConfig, args []string, stdout, stder
 	if err != nil {
 		return err
 	}
-	if ok, err := known(ctx, gw, f); err != nil {
+	if err := unknownFence(ctx, gw, f, ""); err != nil {
 		return err
-	} else if !ok {
-		return fmt.Errorf("fence %q not found: no backend holds a high-water mark for it and no election of that name is known (see 'fencectl fences')", f.Name)
 	}
 	if g.WriteOut == "json" {
 		return printJSON(stdout, f)
@@ -92,21 +92,38 @@ func runFence(ctx context.Context, g *globalConfig, args []string, stdout, stder
 	return printFences(stdout, g, []fence{f})
 }
 
-// known reports whether fencegate knows fence f, as fences lists it: a
-// backend holds its mark, or the election watch has seen its election.
-// GET /v1/fences/NAME answers for any valid name, with zeros for one it
-// does not know; a fence seen in its election but without a leader or a
-// mark also reads as zeros, so only then is the list asked.
-func known(ctx context.Context, gw *gateway, f fence) (bool, error) {
+// unknownFence is the error for fence f when fencegate does not know it,
+// as fences lists it (a backend holds its mark, or the election watch has
+// seen its election), naming the known fences its name is close to; nil
+// when it is known, and the list's error when it cannot be read. GET
+// /v1/fences/NAME answers for any valid name, with zeros for one it does
+// not know; a fence seen in its election but without a leader or a mark
+// also reads as zeros, so only then is the list asked. after ends the
+// message.
+func unknownFence(ctx context.Context, gw *gateway, f fence, after string) error {
 	if f.HighWater != 0 || f.Term != 0 || f.HasLeader || f.Leader != "" {
-		return true, nil
+		return nil
 	}
 	all, err := gw.listFences(ctx)
 	if err != nil {
-		return false, err
+		return err
 	}
-	return slices.ContainsFunc(all, func(g fence) bool { return g.Name == f.Name }), nil
+	names := make([]string, len(all))
+	for i, g := range all {
+		if g.Name == f.Name {
+			return nil
+		}
+		names[i] = g.Name
+	}
+	return &notFoundError{fmt.Sprintf("fence %q not found: no backend holds a high-water mark for it and no election of that name is known (see 'fencectl fences')%s%s",
+		f.Name, after, suggest.Hint(f.Name, names, "%q"))}
 }
+
+// notFoundError is unknownFence's answer for a fence fencegate does not
+// know.
+type notFoundError struct{ msg string }
+
+func (e *notFoundError) Error() string { return e.msg }
 
 func runFenceReset(ctx context.Context, g *globalConfig, args []string, stdout, stderr io.Writer) error {
 	c := newCommand(g, "fence reset", "NAME --to N", resetSummary)
@@ -141,6 +158,18 @@ func runFenceReset(ctx context.Context, g *globalConfig, args []string, stdout, 
 			HighWater       uint64 `json:"highWater,string"`
 			TermLowered     bool   `json:"termLowered"`
 		}{res.GetFence(), res.GetHighWaterBefore(), res.GetHighWater(), res.GetTermLowered()})
+	}
+	if res.GetHighWaterBefore() == 0 && !res.GetTermLowered() {
+		// Nothing was lowered: a name mistyped, most likely, when an
+		// operator resets a fence under pressure. Only a caller who may
+		// read the fence (fence.read) can be told; to any other, and
+		// when fencegate cannot be asked, what the reset found is said.
+		if f, err := gw.getFence(ctx, res.GetFence()); err == nil {
+			var nf *notFoundError
+			if err := unknownFence(ctx, gw, f, "; nothing was reset"); errors.As(err, &nf) {
+				return err
+			}
+		}
 	}
 	switch before, after := res.GetHighWaterBefore(), res.GetHighWater(); {
 	case before == 0:

@@ -9,7 +9,9 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	goredis "github.com/redis/go-redis/v9"
 	"github.com/redis/go-redis/v9/maintnotifications"
@@ -31,6 +33,12 @@ type Backend struct {
 	args                     fenceArgs
 	// co runs writes in batches, one per connection slot.
 	co *coalesce.Coalescer[*call]
+	// evicts is the refusal of every write while the server's
+	// maxmemory-policy may evict the high-water marks, as last read
+	// (watchEviction); nil while it may not.
+	evicts atomic.Pointer[string]
+	stop   context.CancelFunc
+	done   chan struct{}
 }
 
 // CheckAddr refuses TLS to a Unix socket: Redis serves TLS on its TCP
@@ -91,7 +99,60 @@ func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 		_ = b.client.Close()
 		return nil, err
 	}
+	wctx, stop := context.WithCancel(context.Background())
+	b.stop, b.done = stop, make(chan struct{})
+	go b.watchEviction(wctx)
 	return b, nil
+}
+
+// watchEviction reads the server's maxmemory-policy every
+// cfg.EvictionCheck until ctx ends: Redis's policy may be changed at run
+// time (CONFIG SET), and while it is allkeys-* every write is refused
+// (Exec) and Ping fails, naming it, so that /readyz says why. A policy
+// that cannot be read leaves the last answer.
+func (b *Backend) watchEviction(ctx context.Context) {
+	defer close(b.done)
+	t := time.NewTicker(b.cfg.EvictionCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.ReadTimeout)
+		policy, err := b.evictionPolicy(cctx)
+		cancel()
+		switch {
+		case err != nil:
+		case strings.HasPrefix(policy, "allkeys-"):
+			msg := b.evictsMsg(policy)
+			b.evicts.Store(&msg)
+		default:
+			b.evicts.Store(nil)
+		}
+	}
+}
+
+// evictsMsg says why a server with policy, which evicts any key, is
+// refused.
+func (b *Backend) evictsMsg(policy string) string {
+	return fmt.Sprintf("%s evicts any key when full (maxmemory-policy %s): fences' high-water marks could be evicted and stale tokens accepted; use noeviction or a volatile-* policy",
+		b.addr, policy)
+}
+
+// evictionPolicy reads the server's maxmemory-policy (INFO memory).
+func (b *Backend) evictionPolicy(ctx context.Context) (string, error) {
+	info, err := b.client.Info(ctx, "memory").Result()
+	if err != nil {
+		return "", err
+	}
+	for line := range strings.Lines(info) {
+		if policy, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:"); ok {
+			return policy, nil
+		}
+	}
+	return "", nil
 }
 
 // checkEviction fails when Redis may evict any key once full
@@ -102,17 +163,13 @@ func Open(ctx context.Context, addr string, cfg Config) (*Backend, error) {
 // with an expiry, keep the marks. Redis's policy may be changed at run
 // time: keep it so (docs/SECURITY.md).
 func (b *Backend) checkEviction(ctx context.Context) error {
-	info, err := b.client.Info(ctx, "memory").Result()
+	policy, err := b.evictionPolicy(ctx)
 	if err != nil {
 		return fmt.Errorf("redis: cannot read the maxmemory-policy of %s (INFO memory: %w); fencegate needs it to know its high-water marks cannot be evicted: grant its user +info (docs/SECURITY.md)",
 			b.addr, oneLine(err))
 	}
-	for line := range strings.Lines(info) {
-		policy, ok := strings.CutPrefix(strings.TrimSpace(line), "maxmemory_policy:")
-		if ok && strings.HasPrefix(policy, "allkeys-") {
-			return fmt.Errorf("redis: %s evicts any key when full (maxmemory-policy %s): fences' high-water marks could be evicted and stale tokens accepted; use noeviction or a volatile-* policy",
-				b.addr, policy)
-		}
+	if strings.HasPrefix(policy, "allkeys-") {
+		return errors.New("redis: " + b.evictsMsg(policy))
 	}
 	return nil
 }
@@ -203,6 +260,10 @@ func oneLine(err error) error {
 
 // Close closes the connections. Calls in progress fail.
 func (b *Backend) Close() error {
+	if b.stop != nil {
+		b.stop()
+		<-b.done
+	}
 	return b.client.Close()
 }
 
@@ -213,8 +274,12 @@ func (b *Backend) Stats() coalesce.Stats { return b.co.Stats() }
 // Addr returns the host:port the backend connects to.
 func (b *Backend) Addr() string { return b.addr }
 
-// Ping checks that the server answers.
+// Ping checks that the server answers, and that its maxmemory-policy,
+// as last read, keeps the high-water marks.
 func (b *Backend) Ping(ctx context.Context) error {
+	if msg := b.evicts.Load(); msg != nil {
+		return errors.New(*msg)
+	}
 	return b.client.Ping(ctx).Err()
 }
 

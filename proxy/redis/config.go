@@ -57,6 +57,11 @@ type Config struct {
 	// an empty Username with a Password is the default user, requirepass).
 	Username string
 	Password string
+	// EvictionCheck is how often the server's maxmemory-policy is read
+	// again after Open: a policy changed at run time to allkeys-* makes
+	// every write refused (BACKEND_UNAVAILABLE) and Ping fail until it is
+	// changed back. Default 5s.
+	EvictionCheck time.Duration
 	// Leases, when set, names the lease keys of the fences whose terms
 	// come from a Redis lease (--term-sources=...=redis-lease). Commands
 	// may not name them; and when the lease is held in this same Redis
@@ -104,6 +109,7 @@ func DefaultConfig() Config {
 		CheckSlots:    true,
 		MaxValueBytes: defaultMaxValueBytes,
 		MaxReplyBytes: defaultMaxReplyBytes,
+		EvictionCheck: 5 * time.Second,
 	}
 }
 
@@ -121,6 +127,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = d.WriteTimeout
+	}
+	if c.EvictionCheck == 0 {
+		c.EvictionCheck = d.EvictionCheck
 	}
 	if c.MaxValueBytes == 0 {
 		c.MaxValueBytes = d.MaxValueBytes
@@ -142,6 +151,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("redis: ReadTimeout must be at least 1ms, got %v", c.ReadTimeout)
 	case c.WriteTimeout < time.Millisecond:
 		return fmt.Errorf("redis: WriteTimeout must be at least 1ms, got %v", c.WriteTimeout)
+	case c.EvictionCheck < time.Millisecond:
+		return fmt.Errorf("redis: EvictionCheck must be at least 1ms, got %v", c.EvictionCheck)
 	case c.MaxValueBytes < 1 || c.MaxValueBytes > maxValueLimit:
 		return fmt.Errorf("redis: MaxValueBytes must be between 1 and %d, got %d", maxValueLimit, c.MaxValueBytes)
 	case c.MaxReplyBytes < c.MaxValueBytes || c.MaxReplyBytes > maxReplyLimit:

@@ -120,7 +120,8 @@
 //     whole with Redis's maxmemory, and a maxmemory-policy that keeps keys
 //     without an expiry (noeviction, volatile-*): the high-water marks are
 //     such keys, and an evicted mark would let a stale token through. Open
-//     refuses a Redis whose policy is allkeys-*.
+//     refuses a Redis whose policy is allkeys-*, and a policy changed to
+//     it later makes every write refused (Config.EvictionCheck).
 //   - Replies pass through Lua: scores come back as the strings Redis
 //     sends, and an integer reply beyond ±2^53 of a command other than
 //     the INCR family and HINCRBY refuses the write (see above).

@@ -39,10 +39,15 @@ import (
 // key whose expiry is too far to snapshot exactly, never run: "limit"
 // "exact expiry"); BACKEND_UNAVAILABLE when the server could not be
 // reached or did not answer in time, with metadata "outcome": "unknown"
-// when the script may have run all the same. Cancelling ctx aborts the
+// when the script may have run all the same, and, before anything is
+// sent, while the server's maxmemory-policy may evict the high-water
+// marks (Config.EvictionCheck). Cancelling ctx aborts the
 // wait; after the script was sent that is BACKEND_UNAVAILABLE with an
 // unknown outcome.
 func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [][]string) ([]any, error) {
+	if msg := b.evicts.Load(); msg != nil {
+		return nil, &tokens.RefusalError{Reason: tokens.ReasonBackendUnavailable, Fence: fence, Token: t, Msg: *msg}
+	}
 	c := calls.Get().(*call)
 	if r := b.planOf(&c.plan, fence, t, cmds); r != nil {
 		c.release()

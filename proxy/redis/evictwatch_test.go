@@ -23,28 +23,7 @@ import (
 // /readyz says why); changed back, writes are accepted again.
 func TestEvictionPolicyChangedAtRunTime(t *testing.T) {
 	ctx := t.Context()
-	srv, err := throwaway.Start(ctx, throwaway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	db := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { _ = db.Close() })
-	info, err := db.Info(ctx, "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var base int64
-	for line := range strings.Lines(info) {
-		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
-			base, _ = strconv.ParseInt(v, 10, 64)
-		}
-	}
-	// A bound 8 MiB above what the empty server uses; the policy Open
-	// accepts.
-	if err := db.ConfigSet(ctx, "maxmemory", strconv.FormatInt(base+8<<20, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
+	srv, db := boundedRedis(t) // with the policy Open accepts
 	cfg := DefaultConfig()
 	const check = 20 * time.Millisecond
 	cfg.EvictionCheck = check
@@ -105,4 +84,32 @@ func TestEvictionPolicyChangedAtRunTime(t *testing.T) {
 		t.Errorf("Ping with volatile-lru: %v", err)
 	}
 	execOKOn(t, b, victim, 10, []string{"SET", key(victim, "owner"), "newer"})
+}
+
+// boundedRedis starts a throwaway Redis whose maxmemory is 8 MiB above
+// what it uses empty (a cache-style bound), and a client of it.
+func boundedRedis(t *testing.T) (*throwaway.Server, *goredis.Client) {
+	t.Helper()
+	ctx := t.Context()
+	srv, err := throwaway.Start(ctx, throwaway.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	db := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { _ = db.Close() })
+	info, err := db.Info(ctx, "memory").Result()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var base int64
+	for line := range strings.Lines(info) {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "used_memory:"); ok {
+			base, _ = strconv.ParseInt(v, 10, 64)
+		}
+	}
+	if err := db.ConfigSet(ctx, "maxmemory", strconv.FormatInt(base+8<<20, 10)).Err(); err != nil {
+		t.Fatal(err)
+	}
+	return srv, db
 }

@@ -5,9 +5,6 @@ import (
 	"strings"
 	"testing"
 
-	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/fencegate/fencegate/proxy/redis/throwaway"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -29,27 +26,7 @@ import (
 // stored.
 func TestRedTeam17EvictedHighWaterMark(t *testing.T) {
 	ctx := t.Context()
-	srv, err := throwaway.Start(ctx, throwaway.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	db := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { _ = db.Close() })
-	used, err := db.Info(ctx, "memory").Result()
-	if err != nil {
-		t.Fatal(err)
-	}
-	base := int64(0)
-	for _, line := range strings.Split(used, "\r\n") {
-		if v, ok := strings.CutPrefix(line, "used_memory:"); ok {
-			base, _ = strconv.ParseInt(v, 10, 64)
-		}
-	}
-	// A cache-style bound: 8 MiB above what the empty server uses.
-	if err := db.ConfigSet(ctx, "maxmemory", strconv.FormatInt(base+8<<20, 10)).Err(); err != nil {
-		t.Fatal(err)
-	}
+	srv, db := boundedRedis(t)
 	if err := db.ConfigSet(ctx, "maxmemory-policy", "allkeys-lru").Err(); err != nil {
 		t.Fatal(err)
 	}

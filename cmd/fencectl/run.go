@@ -385,8 +385,26 @@ func killAll(pgid int, cmdAlive bool) int {
 // descendant is a live process below fencectl.
 type descendant struct{ pid, pgid, sid int }
 
+// threadsLeft reports whether process pid, whose state reads Z, still
+// runs threads: a process whose main thread ended (pthread_exit from
+// main) reads Z while its other threads run on, and so do its children.
+func threadsLeft(pid int) bool {
+	status, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return false
+	}
+	for line := range strings.Lines(string(status)) {
+		if v, ok := strings.CutPrefix(line, "Threads:"); ok {
+			n, err := strconv.Atoi(strings.TrimSpace(v))
+			return err == nil && n > 1
+		}
+	}
+	return false
+}
+
 // descendants returns the live processes below root (children, theirs,
-// ...), read from /proc; zombies are left out.
+// ...), read from /proc; zombies are left out, not processes whose main
+// thread alone has ended.
 func descendants(root int) []descendant {
 	entries, err := os.ReadDir("/proc")
 	if err != nil {
@@ -415,7 +433,7 @@ func descendants(root int) []descendant {
 			continue
 		}
 		f := strings.Fields(string(stat[i+1:]))
-		if len(f) < 4 || f[0] == "Z" || f[0] == "X" {
+		if len(f) < 4 || f[0] == "X" || f[0] == "Z" && !threadsLeft(pid) {
 			continue
 		}
 		ppid, err1 := strconv.Atoi(f[1])

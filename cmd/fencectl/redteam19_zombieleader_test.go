@@ -99,8 +99,10 @@ func TestRedTeam19ThreadGroupWithExitedLeaderOutlivesRun(t *testing.T) {
 			c := newClient(t)
 			dir := t.TempDir()
 			pidFile, out := filepath.Join(dir, "pid"), filepath.Join(dir, "writes")
-			p := startFencectl(t, []string{"PIDFILE=" + pidFile, "OUT=" + out, "SELF=" + self,
-				rt19ChildEnv + "=zombieleader", "GOGC=off", "GOMAXPROCS=4"},
+			p := startFencectl(t, []string{
+				"PIDFILE=" + pidFile, "OUT=" + out, "SELF=" + self,
+				rt19ChildEnv + "=zombieleader", "GOGC=off", "GOMAXPROCS=4",
+			},
 				runArgs(t, "--election=zl", "--ttl=2s", "--grace=200ms", "--kill-margin=500ms", "--", "sh", "-c", tc.script)...)
 			waitFor(t, "the pid file", func() bool { return exists(pidFile) || p.exited() })
 			pid, err := strconv.Atoi(strings.TrimSpace(readFileT(t, pidFile)))

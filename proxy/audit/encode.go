@@ -51,6 +51,9 @@ func appendRecord(b []byte, r *Record) []byte {
 	if r.Shadow {
 		b = append(b, `,"shadow_denied":true`...)
 	}
+	if r.RolledBack {
+		b = append(b, `,"rolled_back":true`...)
+	}
 	return append(b, "}\n"...)
 }
 

@@ -3,6 +3,7 @@ package audit
 import (
 	"bytes"
 	"encoding/json"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,21 @@ func sampleRecord() Record {
 		Rows:            -1,
 		Statements:      Fingerprint("UPDATE t SET x = $1"),
 		Shadow:          true,
+		RolledBack:      true,
+	}
+}
+
+// TestSampleRecordSetsEveryField: TestAppendRecordIsJSON holds the encoder
+// to encoding/json only over the fields sampleRecord sets. A field added
+// to Record and not to the encoder (rolled_back was, for a while: a
+// rolled-back transaction read as an applied write in the file) fails
+// here until sampleRecord sets it, and then there.
+func TestSampleRecordSetsEveryField(t *testing.T) {
+	v := reflect.ValueOf(sampleRecord())
+	for i := range v.NumField() {
+		if v.Field(i).IsZero() {
+			t.Errorf("sampleRecord leaves Record.%s empty: set it, so that TestAppendRecordIsJSON covers it", v.Type().Field(i).Name)
+		}
 	}
 }
 

@@ -403,6 +403,13 @@ func (g *Gateway) authorize(ctx context.Context, a policy.Action, fence string) 
 	if d.Allowed {
 		return grant{role: d.Role}, nil
 	}
+	return g.denied(ctx, principal, a, fence, d)
+}
+
+// denied is authorize's answer to a caller the policy refuses: in shadow
+// mode a grant marked shadow, counted and logged; otherwise the
+// NOT_AUTHORIZED refusal.
+func (g *Gateway) denied(ctx context.Context, principal string, a policy.Action, fence string, d policy.Decision) (grant, error) {
 	who := "anonymous caller"
 	if principal != "" {
 		who = strconv.Quote(principal)
@@ -775,25 +782,34 @@ type FenceState struct {
 // Fence reports fence's high-water mark from the backends (the highest, if
 // both hold it) and its election's term as this replica knows it.
 func (g *Gateway) Fence(ctx context.Context, name string) (FenceState, error) {
-	if _, err := g.authorize(ctx, policy.ActionFenceRead, name); err != nil {
-		if g.audit != nil {
-			g.audit.Write(g.auditRecord(ctx, policy.ActionFenceRead, -1, name, 0, election.Term{}, 0, grant{}, g.now(), err))
-		}
-		g.countRead(name, err)
-		return FenceState{}, err
+	start := g.now()
+	gr, err := g.authorize(ctx, policy.ActionFenceRead, name)
+	if err != nil {
+		return FenceState{}, g.refusedRead(ctx, name, gr, start, err)
 	}
 	if !ValidFenceName(name, g.cfg.MaxFenceName) {
-		return FenceState{}, tokens.Refuse(tokens.ReasonInvalidRequest, name, 0, "invalid fence name %.64q", name)
+		return FenceState{}, g.refusedRead(ctx, name, gr, start,
+			tokens.Refuse(tokens.ReasonInvalidRequest, name, 0, "invalid fence name %.64q", name))
 	}
 	f := FenceState{Name: name, Term: g.terms.Term(name)}
 	for _, b := range g.highWaters() {
 		hw, _, err := b(ctx, name)
 		if err != nil {
-			return FenceState{}, err
+			return FenceState{}, g.refusedRead(ctx, name, gr, start, err)
 		}
 		f.HighWater = max(f.HighWater, hw)
 	}
 	return f, nil
+}
+
+// refusedRead audits and counts a read of fence refused with err, and
+// returns err: every refused read leaves one record, as every write does.
+func (g *Gateway) refusedRead(ctx context.Context, fence string, gr grant, start time.Time, err error) error {
+	if g.audit != nil {
+		g.audit.Write(g.auditRecord(ctx, policy.ActionFenceRead, -1, fence, 0, election.Term{}, 0, gr, start, err))
+	}
+	g.countRead(fence, err)
+	return err
 }
 
 func (g *Gateway) highWaters() []func(context.Context, string) (tokens.Token, bool, error) {
@@ -811,14 +827,12 @@ func (g *Gateway) highWaters() []func(context.Context, string) (tokens.Token, bo
 // sorted by name.
 // With a policy, only the fences the caller may read are listed.
 func (g *Gateway) Fences(ctx context.Context) ([]FenceState, error) {
-	if g.authReq {
-		// An anonymous caller is refused outright, not shown an empty list.
-		if _, err := g.authorize(ctx, policy.ActionFenceRead, ""); err != nil {
-			if r, ok := tokens.AsRefusal(err); ok && r.Reason == tokens.ReasonUnauthenticated {
-				g.countRead("", err)
-				return nil, err
-			}
-		}
+	start := g.now()
+	// An anonymous caller where authentication is required is refused
+	// outright, not shown an empty list.
+	principal, err := g.authenticate(ctx, "")
+	if err != nil {
+		return nil, g.refusedRead(ctx, "", grant{}, start, err)
 	}
 	byName := map[string]*FenceState{}
 	get := func(name string) *FenceState {
@@ -832,7 +846,7 @@ func (g *Gateway) Fences(ctx context.Context) ([]FenceState, error) {
 	if g.pg != nil {
 		rows, err := g.pg.Fences(ctx)
 		if err != nil {
-			return nil, err
+			return nil, g.refusedRead(ctx, "", grant{}, start, err)
 		}
 		for _, r := range rows {
 			f := get(r.Name)
@@ -842,7 +856,7 @@ func (g *Gateway) Fences(ctx context.Context) ([]FenceState, error) {
 	if g.rd != nil {
 		rows, err := g.rd.Fences(ctx)
 		if err != nil {
-			return nil, err
+			return nil, g.refusedRead(ctx, "", grant{}, start, err)
 		}
 		for _, r := range rows {
 			f := get(r.Name)
@@ -853,10 +867,19 @@ func (g *Gateway) Fences(ctx context.Context) ([]FenceState, error) {
 		get(t.Election).Term = t
 	}
 	out := make([]FenceState, 0, len(byName))
+	shadowed := false
 	for _, f := range byName {
 		if g.policy != nil {
-			if _, err := g.authorize(ctx, policy.ActionFenceRead, f.Name); err != nil {
-				continue
+			if d := g.policy.Decide(principal, f.Name, policy.ActionFenceRead); !d.Allowed {
+				if !g.cfg.PolicyShadow {
+					continue
+				}
+				// Shown in shadow mode; the listing enforce mode would
+				// narrow is counted and logged once, not once a fence.
+				if !shadowed {
+					shadowed = true
+					_, _ = g.denied(ctx, principal, policy.ActionFenceRead, f.Name, d)
+				}
 			}
 		}
 		out = append(out, *f)

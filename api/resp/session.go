@@ -371,7 +371,9 @@ func perCommand(err error, n int) (int, bool) {
 }
 
 // errorText is the error reply for a refusal: Redis's own error as Redis
-// sends it, or fencegate's reason first (API.md, "RESP").
+// sends it, or fencegate's reason first (API.md, "RESP"). proxy/redis
+// sets metadata "error" only to an error Redis itself sent; its own
+// refusals, such as an ACL check's ("permission"), carry none.
 func errorText(err error, single bool) string {
 	r, ok := tokens.AsRefusal(err)
 	if !ok {

@@ -117,7 +117,7 @@ func TestBatchAfterScriptFlush(t *testing.T) {
 	}
 	b.runBatch(calls)
 	for i, c := range calls {
-		res, err := b.reply(c.fence, c.token, 1, c.res)
+		res, err := b.reply(c.fence, c.token, [][]string{{"INCR", key(fences[i], "n")}}, c.res)
 		if c.err != nil || err != nil || !reflect.DeepEqual(res, []any{int64(1)}) {
 			t.Errorf("write %d: got %v, %v, %v; want [1]", i, res, c.err, err)
 		}

@@ -28,6 +28,8 @@ type commandSpec struct {
 	args argCheck
 	// oneStep: see oneStepCommands.
 	oneStep bool
+	// probed: see probedCommands.
+	probed bool
 
 	// name is the upper-case name, which the script is sent (it compares
 	// names to treat APPEND and the INCR family); nameArg is name as the
@@ -216,10 +218,23 @@ var oneStepCommands = []string{
 // below it, every write is snapshotted.
 const maxOneStepReply = 64
 
+// probedCommands are those on whose key the script runs a command of its
+// own: STRLEN before APPEND (MaxValueBytes), GET or HGET after the INCR
+// family or HINCRBY (an exact reply past 2^53). A write naming one has the
+// script check those with redis.acl_check_cmd before anything runs: under
+// a key-scoped ACL, a refused redis.call would abort the script after the
+// command wrote.
+var probedCommands = []string{"APPEND", "INCR", "INCRBY", "DECR", "DECRBY", "HINCRBY"}
+
 func init() {
 	for _, name := range oneStepCommands {
 		s := commandTable[name]
 		s.oneStep = true
+		commandTable[name] = s
+	}
+	for _, name := range probedCommands {
+		s := commandTable[name]
+		s.probed = true
 		commandTable[name] = s
 	}
 	for name, s := range commandTable {
@@ -441,6 +456,7 @@ const (
 	argWritten
 	argMaxValue
 	argMaxReply
+	argProbe // "1" when a command is in probedCommands, else "0"
 	argCommands
 )
 
@@ -473,7 +489,7 @@ func (b *Backend) check(p *plan, fence string, t tokens.Token, cmds [][]string) 
 			p.leaseKeys, p.leaseHere = lease, true
 		}
 	}
-	snapshot := true
+	snapshot, probe := true, false
 	for i, c := range cmds {
 		if len(c) == 0 || c[0] == "" {
 			return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "empty command")
@@ -535,6 +551,11 @@ func (b *Backend) check(p *plan, fence string, t tokens.Token, cmds [][]string) 
 		if len(cmds) == 1 && b.oneStep(s, c) {
 			snapshot = false
 		}
+		probe = probe || s.probed
+	}
+	p.args[argProbe] = "0"
+	if probe {
+		p.args[argProbe] = "1"
 	}
 	p.nw = len(written.list)
 	p.args[argWritten] = 0
@@ -550,6 +571,27 @@ func (b *Backend) check(p *plan, fence string, t tokens.Token, cmds [][]string) 
 	// Only a checked write's fence gets an entry in b.args.
 	p.keys[0], p.args[argToken] = b.args.of(fence, t)
 	return nil
+}
+
+// writerOf returns the index of the first of cmds, a checked write, that
+// may write key, or -1.
+func (b *Backend) writerOf(cmds [][]string, key string) int {
+	for i, c := range cmds {
+		s, ok := b.allow.lookup(c[0])
+		if !ok || !s.write {
+			continue
+		}
+		last := s.last
+		if last < 0 {
+			last += len(c)
+		}
+		for k := s.first; k <= last && k < len(c); k += s.step {
+			if c[k] == key {
+				return i
+			}
+		}
+	}
+	return -1
 }
 
 // taggedWith reports whether key's hash tag, read as Redis Cluster reads it

@@ -77,10 +77,11 @@
 //     repeated elements would weigh over Config.MaxReplyBytes (4 MiB).
 //     Refused by the script, STATEMENT_FAILED with metadata "limit" and
 //     rolled back: APPEND that would grow a string over MaxValueBytes
-//     (weighed with STRLEN before it runs), and a write whose replies
-//     weigh over MaxReplyBytes (LRANGE 0 -1 of a long list, HGETALL, MGET,
-//     ...: each string's bytes plus 16 per array element, added up over
-//     the write's commands). The script never returns more than that.
+//     (weighed with STRLEN before it runs; a STRLEN that fails fails the
+//     write), and a write whose replies weigh over MaxReplyBytes (LRANGE
+//     0 -1 of a long list, HGETALL, MGET, ...: each string's bytes plus
+//     16 per array element, added up over the write's commands). The
+//     script never returns more than that.
 //   - Integer replies are exact over the whole int64 range: the INCR
 //     family's and HINCRBY's replies beyond ±2^53 (where Lua's doubles
 //     round) are read back as the decimal the key holds; any other integer
@@ -131,8 +132,17 @@
 //     but Redis's own privileges draw the real boundary. Open refuses a
 //     user who may not run the commands a write's rollback needs (DUMP,
 //     PEXPIRETIME, RESTORE, DEL, ...): Redis would abort the script there
-//     and keep the half-done write. Config.TLS, Username and Password
-//     secure the connections.
+//     and keep the half-done write. An ACL can differ by key (selectors),
+//     so the script also asks Redis (redis.acl_check_cmd), before anything
+//     is written, whether the user may run what it runs itself after a
+//     command wrote: RESTORE and DEL of each snapshotted key, SET of the
+//     token key when the mark is raised, STRLEN of APPEND's key, GET
+//     (HGET) of the INCR family's (HINCRBY's) key. If not, nothing is
+//     written: STATEMENT_FAILED with metadata "command" (the command the
+//     key is for) and "permission" (what the user may not run), or, for
+//     the token key, BACKEND_UNAVAILABLE with "permission" "SET". So an
+//     INCR is refused to a user who may INCR a key but not GET it.
+//     Config.TLS, Username and Password secure the connections.
 //   - Fences lists fences with SCAN: its cost grows with the whole
 //     database and a fence created during the walk may be missing.
 //

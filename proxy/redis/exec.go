@@ -37,13 +37,17 @@ import (
 // text) when a command failed, or "command" and "limit" when the script
 // found a limit exceeded, and the write was rolled back (or, for a written
 // key whose expiry is too far to snapshot exactly, never run: "limit"
-// "exact expiry"); BACKEND_UNAVAILABLE when the server could not be
-// reached or did not answer in time, with metadata "outcome": "unknown"
-// when the script may have run all the same, and, before anything is
-// sent, while the server's maxmemory-policy may evict the high-water
-// marks (Config.EvictionCheck). Cancelling ctx aborts the
-// wait; after the script was sent that is BACKEND_UNAVAILABLE with an
-// unknown outcome.
+// "exact expiry"), or "command" and "permission" when fencegate's Redis
+// user may not run on that command's key what the script would run
+// itself (STRLEN, GET, HGET, RESTORE or DEL; nothing written; "error" is
+// only ever Redis's own error text); BACKEND_UNAVAILABLE when the server
+// could not be reached or did not answer in time, with metadata
+// "outcome": "unknown" when the script may have run all the same, and,
+// before anything is sent, while the server's maxmemory-policy may evict
+// the high-water marks (Config.EvictionCheck), or, nothing written, with
+// metadata "permission": "SET" when the user may not set the fence's
+// token key. Cancelling ctx aborts the wait; after the script was sent
+// that is BACKEND_UNAVAILABLE with an unknown outcome.
 func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [][]string) ([]any, error) {
 	if msg := b.evicts.Load(); msg != nil {
 		return nil, &tokens.RefusalError{Reason: tokens.ReasonBackendUnavailable, Fence: fence, Token: t, Msg: *msg}
@@ -66,7 +70,7 @@ func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [
 	if err != nil {
 		return nil, b.unavailable(fence, t, err)
 	}
-	return b.reply(fence, t, len(cmds), res)
+	return b.reply(fence, t, cmds, res)
 }
 
 // planOf checks a write into p, empty, and lays it out for its script
@@ -168,9 +172,9 @@ func isNoScript(err error) bool {
 	return errors.As(err, &rerr) && strings.HasPrefix(rerr.Error(), "NOSCRIPT")
 }
 
-// reply turns the script's reply to a write of n commands into its
-// outcome.
-func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, error) {
+// reply turns the script's reply to a write of cmds into its outcome.
+func (b *Backend) reply(fence string, t tokens.Token, cmds [][]string, res any) ([]any, error) {
+	n := len(cmds)
 	reply, ok := res.([]any)
 	if !ok || len(reply) == 0 {
 		return nil, b.unexpected(fence, t, res)
@@ -222,12 +226,6 @@ func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, er
 			k, _ := reply[3].(string)
 			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "exact expiry",
 				"the expiry of key %q is 2^53 ms or more after the Unix epoch, beyond what the script can snapshot exactly for a rollback (nothing written)", k)
-		case limitRollback:
-			k, _ := reply[3].(string)
-			r := tokens.Refuse(tokens.ReasonStatementFailed, fence, t,
-				"fencegate's Redis user may not RESTORE or DEL key %q, which rolling this write back would need (nothing written; grant them, docs/SECURITY.md)", k)
-			r.Metadata = map[string]string{"error": "NOPERM"}
-			return nil, r
 		case limitValue:
 			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "MaxValueBytes",
 				"the value would grow to %d bytes, over the limit of %d (rolled back)", size, b.cfg.MaxValueBytes)
@@ -238,6 +236,11 @@ func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, er
 			return nil, refuseLimit(tokens.ReasonStatementFailed, fence, t, int(i), "exact integers",
 				"the reply is an integer beyond ±2^53, which cannot pass exactly through the script (rolled back)")
 		}
+	case marker == replyDenied && len(reply) == 4:
+		i, _ := reply[1].(int64)
+		name, _ := reply[2].(string)
+		k, _ := reply[3].(string)
+		return nil, b.denied(fence, t, cmds, int(i), name, k)
 	case marker == replyLeaseStale && len(reply) == 2:
 		r := tokens.Refuse(tokens.ReasonStaleToken, fence, t, "token %d is below the current term %v", t, reply[1])
 		r.Term = parseToken(reply[1])
@@ -257,6 +260,42 @@ func (b *Backend) reply(fence string, t tokens.Token, n int, res any) ([]any, er
 			"key %s on %s holds %q, not a token; nothing written", TokenKey(fence), b.addr, reply[1])
 	}
 	return nil, b.unexpected(fence, t, res)
+}
+
+// denied is the refusal of a write that the script did not run because
+// fencegate's Redis user may not run name on key (replyDenied), which the
+// script would run itself: nothing was written. A data key's refusal names
+// the command it is for (metadata "command", the first that writes key
+// when i < 0), so that a pipeline's other commands can still be answered,
+// and "permission": name. It is fencegate's refusal, not an error Redis
+// sent: there is no metadata "error".
+func (b *Backend) denied(fence string, t tokens.Token, cmds [][]string, i int, name, key string) *tokens.RefusalError {
+	var why string
+	switch name {
+	case "SET":
+		// The token key: every write that raises the mark needs it.
+		r := tokens.Refuse(tokens.ReasonBackendUnavailable, fence, t,
+			"fencegate's Redis user may not SET key %q on %s, which raising the fence's high-water mark needs (nothing written; grant it, docs/SECURITY.md)", key, b.addr)
+		r.Metadata = map[string]string{"permission": name}
+		return r
+	case "RESTORE", "DEL":
+		i = b.writerOf(cmds, key)
+		why = "rolling this write back would need"
+	case "STRLEN":
+		why = "weighing APPEND against MaxValueBytes needs"
+	default: // GET, HGET
+		why = "reading the command's reply back exactly past 2^53 needs"
+	}
+	const format = "fencegate's Redis user may not %s key %q, which %s (nothing written; grant it, docs/SECURITY.md)"
+	var r *tokens.RefusalError
+	if i >= 0 && i < len(cmds) {
+		r = refuseCommand(tokens.ReasonStatementFailed, fence, t, i, format, name, key, why)
+	} else {
+		r = tokens.Refuse(tokens.ReasonStatementFailed, fence, t, format, name, key, why)
+		r.Metadata = map[string]string{}
+	}
+	r.Metadata["permission"] = name
+	return r
 }
 
 // unexpected is a reply the script cannot have given: someone else's

@@ -15,6 +15,12 @@ const (
 	replyLeaseUnknown = 6 // {6, counter or nil}: the token was never handed out
 	replyLeaseEnded   = 7 // {7, counter}: the token's lease is gone
 	replyLeaseCorrupt = 8 // {8, stored value}: the counter holds no token
+
+	// replyDenied: {9, command index or -1, command, key}, nothing
+	// written: the user may not run command on key, which the script
+	// would run itself (see fenceScript); -1 for a key of no one command
+	// (a written key's rollback, the token key's SET).
+	replyDenied = 9
 )
 
 // Limits the script enforces, named in a replyLimit reply.
@@ -23,9 +29,6 @@ const (
 	limitReply   = "reply"   // the replies so far are over MaxReplyBytes
 	limitInteger = "integer" // an integer reply beyond ±2^53, not exact in Lua
 	limitExpiry  = "expiry"  // a written key expires 2^53 ms or more after the epoch
-	// limitRollback: the user may not RESTORE or DEL a written key, which
-	// a rollback of the write would need (an ACL that differs by key).
-	limitRollback = "rollback"
 )
 
 // fenceScript is the fenced write. KEYS[1] is the token key, then the
@@ -34,8 +37,9 @@ const (
 // number of written keys to snapshot (KEYS[2] to KEYS[1+ARGV[2]]: all the
 // written keys, or none for a write that cannot fail after writing, see
 // oneStepCommands), ARGV[3] MaxValueBytes,
-// ARGV[4] MaxReplyBytes, then each command as its argument count, its
-// upper-case name and its arguments.
+// ARGV[4] MaxReplyBytes, ARGV[5] "1" when a command is in probedCommands,
+// then each command as its argument count, its upper-case name and its
+// arguments.
 //
 // The token is compared as a decimal string (longer is larger, then byte
 // by byte): Lua numbers are doubles and tokens go up to 2^64-1. A mark
@@ -58,18 +62,28 @@ const (
 // and would make RESTORE fail half-way, so such a key refuses the write
 // before any command runs ({4, 0, 'expiry', key}).
 //
+// Redis aborts a script at a redis.call its ACL refuses and keeps what the
+// script wrote before, and an ACL may differ by key (selectors), which
+// Open's check on fencegate's own key cannot see. So before anything is
+// written the script asks redis.acl_check_cmd about every command it runs
+// itself after a write: RESTORE and DEL of each snapshotted key, SET of
+// the token key when the mark is to be raised, and, only for a write with
+// a probedCommands command, STRLEN of APPEND's key and GET (HGET) of the
+// INCR family's (HINCRBY's). A refusal is {9, ...}, nothing written.
+//
 // The token key is only set after every command succeeded, and only when
 // the token is not already the mark (a leader's every write after its
 // first leaves it as it is); commands cannot name it (check refuses the
 // fencegate: prefix). A script runs atomically, so no client sees the
 // intermediate state.
 //
-// Limits: APPEND is weighed (STRLEN) before it runs; each reply is weighed
-// after its command ran, so the script never returns more than
-// MaxReplyBytes. Integer replies reach Lua as doubles: one beyond ±2^53
-// may have been rounded, so the INCR family's is read back as the decimal
-// string the key now holds (its index listed in a last element after the
-// replies, for the caller to parse), and any other refuses the write.
+// Limits: APPEND is weighed (STRLEN) before it runs, and a STRLEN that
+// fails (WRONGTYPE) fails the write; each reply is weighed after its
+// command ran, so the script never returns more than MaxReplyBytes.
+// Integer replies reach Lua as doubles: one beyond ±2^53 may have been
+// rounded, so the INCR family's is read back as the decimal string the
+// key now holds (its index listed in a last element after the replies,
+// for the caller to parse), and any other refuses the write.
 //
 // The shebang (Redis 7) makes the server refuse the script up front when it
 // is over maxmemory, instead of failing a command half-way.
@@ -95,14 +109,42 @@ if cur and cur ~= token then
   end
 end
 
+if cur ~= token and not redis.acl_check_cmd('SET', KEYS[1], token) then
+  return {9, -1, 'SET', KEYS[1]}
+end
+if ARGV[5] == '1' then
+  local pos, n = 6, 0
+  while pos <= #ARGV do
+    local name, k = ARGV[pos + 1], ARGV[pos + 2]
+    local probe
+    if name == 'APPEND' then
+      probe = 'STRLEN'
+    elseif name == 'INCR' or name == 'INCRBY' or name == 'DECR' or name == 'DECRBY' then
+      probe = 'GET'
+    elseif name == 'HINCRBY' then
+      if not redis.acl_check_cmd('HGET', k, ARGV[pos + 3]) then
+        return {9, n, 'HGET', k}
+      end
+    end
+    if probe and not redis.acl_check_cmd(probe, k) then
+      return {9, n, probe, k}
+    end
+    pos = pos + tonumber(ARGV[pos]) + 1
+    n = n + 1
+  end
+end
+
 local nw = tonumber(ARGV[2])
 local maxValue = tonumber(ARGV[3])
 local maxReply = tonumber(ARGV[4])
 local exactLimit = 9007199254740992 -- 2^53
 local dumps, expiries = {}, {}
 for i = 2, nw + 1 do
-  if not (redis.acl_check_cmd('RESTORE', KEYS[i], '0', 'x', 'REPLACE', 'ABSTTL') and redis.acl_check_cmd('DEL', KEYS[i])) then
-    return {4, 0, 'rollback', KEYS[i]}
+  if not redis.acl_check_cmd('RESTORE', KEYS[i], '0', 'x', 'REPLACE', 'ABSTTL') then
+    return {9, -1, 'RESTORE', KEYS[i]}
+  end
+  if not redis.acl_check_cmd('DEL', KEYS[i]) then
+    return {9, -1, 'DEL', KEYS[i]}
   end
   local d = redis.call('DUMP', KEYS[i])
   dumps[i] = d
@@ -116,13 +158,17 @@ for i = 2, nw + 1 do
 end
 
 local out, exact, fail = {1}, nil, nil
-local pos, n, total = 5, 0, 0
+local pos, n, total = 6, 0, 0
 while pos <= #ARGV do
   local argc = tonumber(ARGV[pos])
   local name = ARGV[pos + 1]
   if name == 'APPEND' then
     local len = redis.pcall('STRLEN', ARGV[pos + 2])
-    if type(len) == 'number' and len + #ARGV[pos + 3] > maxValue then
+    if type(len) ~= 'number' then
+      fail = {2, n, type(len) == 'table' and len.err or 'ERR STRLEN failed'}
+      break
+    end
+    if len + #ARGV[pos + 3] > maxValue then
       fail = {4, n, 'value', len + #ARGV[pos + 3]}
       break
     end

@@ -50,6 +50,51 @@ type verdict struct {
 	// executes names the prepared statements SQL EXECUTE runs: one made
 	// with the protocol's Parse may be COMMIT.
 	executes []string
+	// rows lists, in order, the statements whose command tag alone does
+	// not tell the audit what rows they changed (rowsOp).
+	rows []rowsOp
+}
+
+// rowsOp is a statement whose command tag alone does not tell what rows
+// it changed (session.countRows): a COPY, whose "COPY n" counts the rows
+// it read as well as those it wrote, and SAVEPOINT, RELEASE and ROLLBACK
+// TO, whose tags do not name the savepoint.
+type rowsOp struct {
+	kind rowsOpKind
+	name string // the savepoint's, as PostgreSQL compares it
+}
+
+type rowsOpKind uint8
+
+const (
+	opNone       rowsOpKind = iota
+	opCopyFrom              // COPY ... FROM, from the client, a file or a program: writes its rows
+	opCopyTo                // COPY ... TO: reads its rows
+	opSavepoint             // SAVEPOINT name
+	opRelease               // RELEASE [SAVEPOINT] name
+	opRollbackTo            // ROLLBACK TO [SAVEPOINT] name, answered "ROLLBACK"
+)
+
+// rowsOpOf is n's rowsOp, kind opNone for any other statement.
+func rowsOpOf(n *pg_query.Node) rowsOp {
+	switch x := n.Node.(type) {
+	case *pg_query.Node_CopyStmt:
+		if x.CopyStmt.IsFrom {
+			return rowsOp{kind: opCopyFrom}
+		}
+		return rowsOp{kind: opCopyTo}
+	case *pg_query.Node_TransactionStmt:
+		t := x.TransactionStmt
+		switch t.Kind {
+		case pg_query.TransactionStmtKind_TRANS_STMT_SAVEPOINT:
+			return rowsOp{kind: opSavepoint, name: t.SavepointName}
+		case pg_query.TransactionStmtKind_TRANS_STMT_RELEASE:
+			return rowsOp{kind: opRelease, name: t.SavepointName}
+		case pg_query.TransactionStmtKind_TRANS_STMT_ROLLBACK_TO:
+			return rowsOp{kind: opRollbackTo, name: t.SavepointName}
+		}
+	}
+	return rowsOp{}
 }
 
 // local says fencegate answers the statement itself: SET fencegate.token
@@ -134,6 +179,9 @@ func classify(sql string) *verdict {
 		}
 		if kind == kindProc {
 			vd.hasProc = true
+		}
+		if op := rowsOpOf(raw.Stmt); op.kind != opNone {
+			vd.rows = append(vd.rows, op)
 		}
 		vd.kind = kind
 		if vd.setup == i {

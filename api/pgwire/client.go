@@ -411,7 +411,7 @@ func (c *session) query(body, raw []byte) error {
 	// plain BEGIN).
 	deferred := vd.kind == kindSetup && c.needCheck && c.deferCheck()
 	if vd.kind == kindEmpty || deferred || !c.needCheck {
-		c.push(reply{msg: 'Q', chg: -1, text: vd.text, deferred: deferred, mayCopy: vd.copyFrom})
+		c.push(reply{msg: 'Q', chg: -1, text: vd.text, deferred: deferred, mayCopy: vd.copyFrom, vd: vd})
 		_, err := c.sw.Write(raw)
 		return err
 	}
@@ -439,7 +439,7 @@ func (c *session) query(body, raw []byte) error {
 	b = append(b, "'::pg_catalog.text, "...)
 	b = strconv.AppendUint(b, uint64(adm.Token()), 10)
 	b = append(b, "::pg_catalog.int8);"...)
-	g := reply{msg: 'Q', prefix: len(b) - start, adm: adm, chg: -1, text: vd.text, mayCopy: vd.copyFrom}
+	g := reply{msg: 'Q', prefix: len(b) - start, adm: adm, chg: -1, text: vd.text, mayCopy: vd.copyFrom, vd: vd}
 	if vd.setup > 0 {
 		g.setup, g.at = vd.setup, vd.setupAt
 	}
@@ -570,6 +570,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 	g := reply{msg: t, chg: -1}
 	var ch *change
 	var vd *verdict
+	var stmt []byte // the statement a Bind or Describe names
 	why := ""
 	switch t {
 	case 'P':
@@ -607,7 +608,8 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		ch = &change{what: 'P', name: string(name), vd: vd}
 	case 'B':
 		portal, rest, ok1 := cstring(body)
-		stmt, _, ok2 := cstring(rest)
+		var ok2 bool
+		stmt, _, ok2 = cstring(rest)
 		if !ok1 || !ok2 {
 			return errors.New("pgwire: bad Bind message")
 		}
@@ -631,16 +633,18 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		if body[0] != 'S' {
 			break
 		}
-		name, _, ok := cstring(body[1:])
+		var ok bool
+		stmt, _, ok = cstring(body[1:])
 		if !ok {
 			return errors.New("pgwire: bad Describe message")
 		}
-		if vd := c.lookup('P', 's', name); vd != nil && vd.local() {
+		vd = c.lookup('P', 's', stmt)
+		if vd != nil && vd.local() {
 			if c.aborted(vd) {
 				return c.abortedSegment()
 			}
 			if c.localHere(vd) {
-				c.startLocal(vd, string(name))
+				c.startLocal(vd, string(stmt))
 				return c.localSegment(t, body)
 			}
 			why = vd.whyLocal()
@@ -652,7 +656,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		}
 		vd = c.lookup('B', 'p', portal)
 		if vd != nil {
-			g.kind, g.text, g.mayCopy = vd.kind, vd.text, vd.copyFrom
+			g.kind, g.text, g.mayCopy, g.vd = vd.kind, vd.text, vd.copyFrom, vd
 			// Checked now, in message order: what the names refer to
 			// when the server runs this Execute.
 			why = c.executesEnd(vd)
@@ -674,22 +678,22 @@ func (c *session) extended(t byte, body, raw []byte) error {
 	if why != "" {
 		return c.refuseSegment(c.refusalOf(why))
 	}
-	// Parse, Describe and Close run nothing of the client's; the check
-	// goes in front of the first Bind or Execute (Bind may plan, and so
-	// evaluate, the statement).
-	if c.needCheck && (t == 'B' || t == 'E') {
+	if c.needCheck && runsClientCode(t, body, vd) {
 		// As in query, for BEGIN with options and SET TRANSACTION (a
 		// plain BEGIN gets the check in front); counted at the Execute.
 		// A Bind with parameters is not: PostgreSQL runs their types'
 		// input functions to convert them (a domain's CHECK may call any
 		// function), and takes a snapshot for them, so that a SET
-		// TRANSACTION ISOLATION LEVEL so bound fails there anyway.
+		// TRANSACTION ISOLATION LEVEL so bound fails there anyway. A
+		// Describe of such a statement is not either: the check would
+		// take its snapshot before the statement runs. What the server
+		// holds under the statement's name is made again, as fencegate
+		// classified it, in front of such a Bind or Describe (reparse);
+		// its Parse has nothing in front (runsClientCode).
 		setup := vd != nil && vd.kind == kindSetup && vd.first && (t != 'B' || bindParams(body) == 0)
-		if setup && (t == 'B' && c.deferrals < maxDeferrals || t == 'E' && c.deferCheck()) {
+		if setup && (t != 'E' && c.deferrals < maxDeferrals || t == 'E' && c.deferCheck()) {
 			g.deferred = true
-			if t == 'B' {
-				_, rest, _ := cstring(body)
-				stmt, _, _ := cstring(rest)
+			if t != 'E' {
 				if err := c.reparse(stmt, vd); err != nil {
 					return err
 				}
@@ -716,6 +720,36 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		c.needCheck = true // what follows before Sync runs in a new transaction
 	}
 	return nil
+}
+
+// runsClientCode says whether the server may run code of the client's
+// for t, a message of the extended protocol with body, vd being the
+// statement it parses, or the statement or portal it names: the
+// transaction's check goes in front of it. Bind and Execute run it
+// (Bind converts parameters with their types' input functions and may
+// plan, and so evaluate, the statement). So does Parse: parse analysis
+// converts a literal with its type's input function, and a domain's CHECK
+// may call any function (an array of a domain, '{1}'::d[], runs it as the
+// statement is parsed); only a statement that sets a transaction up
+// (BEGIN, START TRANSACTION, SET TRANSACTION), a utility statement whose
+// analysis converts nothing, is exempt, as it must run before the check.
+// So does Describe of a statement: PostgreSQL analyses a statement whose
+// plan was invalidated (DDL on a table it reads, a changed search_path)
+// again to describe it. Describe of a portal does not: it sends the row
+// description made at the portal's Bind, and revalidates nothing; it
+// would otherwise put the check between a deferred Bind of SET
+// TRANSACTION and its Execute, which then fails. Close, Sync and Flush
+// run nothing.
+func runsClientCode(t byte, body []byte, vd *verdict) bool {
+	switch t {
+	case 'B', 'E':
+		return true
+	case 'P':
+		return vd.kind != kindSetup
+	case 'D':
+		return body[0] == 'S'
+	}
+	return false
 }
 
 // localSegment answers the rest of a segment (localHere) of SET
@@ -938,16 +972,17 @@ func bindParams(body []byte) int {
 }
 
 // reparse prepares the client's statement name again, with the text
-// fencegate classified (vd), in front of a Bind of it that runs before the
-// transaction's check because the statement sets the transaction up (SET
-// TRANSACTION): since it was parsed, SQL of the session's (DEALLOCATE and
-// PREPARE, in dynamic SQL too) may have replaced it with a statement that
-// writes, which would run unfenced. Nothing of the client's runs between
-// this Parse and its Bind. The unnamed statement is left alone: only the
-// client's Parse, which fencegate sees, replaces it. (A statement that
-// sets a transaction up uses no parameters, and a Bind that supplies some
-// is not put before the check; one the client parsed with parameter types
-// is prepared again without them.)
+// fencegate classified (vd), in front of a Bind or Describe of it that
+// runs before the transaction's check because the statement sets the
+// transaction up (SET TRANSACTION): since it was parsed, SQL of the
+// session's (DEALLOCATE and PREPARE, in dynamic SQL too) may have replaced
+// it with a statement that writes, which would run unfenced, or that a
+// Describe analyses again (runsClientCode). Nothing of the client's runs
+// between this Parse and its Bind or Describe. The unnamed statement is
+// left alone: only the client's Parse, which fencegate sees, replaces it.
+// (A statement that sets a transaction up uses no parameters, and a Bind
+// that supplies some is not put before the check; one the client parsed
+// with parameter types is prepared again without them.)
 func (c *session) reparse(name []byte, vd *verdict) error {
 	if len(name) == 0 {
 		return nil

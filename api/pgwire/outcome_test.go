@@ -34,6 +34,15 @@ func TestTransactionOutcomeAudited(t *testing.T) {
 	}
 	tok, _ := e.lead(t, "outcomes")
 	c := e.connect(t, "outcomes", tok)
+	// pgx prepares a statement (Parse, Describe, Sync) before its first
+	// use: a transaction of its own, fenced (the check goes in front of
+	// the Parse) and audited. Prepared here, each case below is the one
+	// transaction it runs.
+	for _, sql := range []string{"INSERT INTO outcomes (v) VALUES ($1)", "SELECT 1/$1::int"} {
+		if _, err := c.Prepare(ctx, sql, sql); err != nil {
+			t.Fatal(err)
+		}
+	}
 	simple := func(sqls ...string) func(t *testing.T) {
 		return func(t *testing.T) {
 			t.Helper()

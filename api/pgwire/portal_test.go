@@ -22,8 +22,9 @@ func TestCheckPortalNameTaken(t *testing.T) {
 		&pgproto3.Parse{Query: "SET TRANSACTION READ WRITE"},
 		&pgproto3.Bind{}, // the unnamed portal, put before the check
 		&pgproto3.Bind{DestinationPortal: "fencegate_check"}, // fencegate's portal name, taken
+		// The check goes in front.
 		&pgproto3.Parse{Name: "pt_ins", Query: "INSERT INTO portal_taken (v) SELECT 'taken:' || " + fencedMark},
-		&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "pt_ins"}, // the check goes in front
+		&pgproto3.Bind{DestinationPortal: "p", PreparedStatement: "pt_ins"},
 		&pgproto3.Execute{},
 		&pgproto3.Execute{Portal: "p"},
 		&pgproto3.Sync{},

@@ -12,8 +12,9 @@ import (
 // extended-protocol segment before any Bind or Execute gets the fence
 // check as a prefix (query: needCheck), admitted with AdmitSQL, which
 // counts the write as in flight until its Admission is Done. When an
-// earlier message of the segment failed on the server (here a Parse of a
-// missing table: fencegate sends it on, no check needed), the server
+// earlier message of the segment failed on the server (here a Parse of
+// BEGIN, which fencegate sends on with no check in front, under a name
+// the session holds already: 42P05), the server
 // skips everything up to the Sync, that Query included, and S2C's front
 // drops the Query's queue entry with it. front gives only ownCheck
 // entries' admissions to notRun; the Query's entry is the client's
@@ -28,18 +29,23 @@ func TestRedTeam7SkippedQueryCheckLeaksAdmission(t *testing.T) {
 	tok, _ := e.lead(t, "rt7leak")
 	z := e.raw(t, "rt7leak", tok)
 
+	z.send(&pgproto3.Parse{Name: "rt7_taken", Query: "BEGIN"}, &pgproto3.Sync{})
+	if errs, _, err := z.results(1); err != nil || len(errs) != 0 {
+		t.Fatalf("Parse: errors %q, %v", errs, err)
+	}
+
 	const rounds = 2048 // proxy.DefaultConfig().MaxInFlight
 	var batch []pgproto3.FrontendMessage
 	for range rounds {
 		batch = append(batch,
-			&pgproto3.Parse{Query: "SELECT * FROM rt7leak_missing"},
+			&pgproto3.Parse{Name: "rt7_taken", Query: "BEGIN"},
 			&pgproto3.Query{String: "SELECT 1"},
 			&pgproto3.Sync{})
 	}
 	z.send(batch...)
 	errs, st, err := z.results(rounds)
 	if err != nil || len(errs) != rounds || st != 'I' {
-		t.Fatalf("%d segments: %d errors (first %q), status %q, %v; want one 42P01 each", rounds, len(errs), errs[:min(1, len(errs))], st, err)
+		t.Fatalf("%d segments: %d errors (first %q), status %q, %v; want one 42P05 each", rounds, len(errs), errs[:min(1, len(errs))], st, err)
 	}
 
 	// Another client, another session: an ordinary write.

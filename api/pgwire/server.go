@@ -13,8 +13,15 @@
 // statement of every transaction, fencegate inserts the fence check
 // (fencegate.advance_session) into the client's stream, in that same transaction,
 // and drops its replies (PgBouncer's outstanding-request queue): a refused
-// check fails the transaction. The decision on the token is the
-// pipeline's (proxy.Gateway.AdmitSQL), shared with gRPC and HTTP.
+// check fails the transaction. In the extended protocol it goes in front of
+// the first message that may run code of the client's (runsClientCode): a
+// Parse, as parse analysis converts literals with their types' input
+// functions and a domain's CHECK may call any function; a Describe of a
+// statement, which analyses it again once its plan is invalidated; a Bind
+// or an Execute. Only statements that set a transaction up (BEGIN, SET
+// TRANSACTION), which PostgreSQL takes only before its first query, run
+// before it. The decision on the token is the pipeline's
+// (proxy.Gateway.AdmitSQL), shared with gRPC and HTTP.
 //
 // The client gets a process id and cancel key of fencegate's
 // (BackendKeyData), mapped to its server connection's: a CancelRequest

@@ -2,6 +2,7 @@ package pgwire
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/x509"
 	"encoding/binary"
@@ -67,6 +68,11 @@ type reply struct {
 	// which may put the server in copy-in (copyGate); counted in
 	// session.copyOut.
 	mayCopy bool
+	// vd, for a Query or Execute of the client's, is what fencegate
+	// learnt of its statements; op counts the answers to vd.rows
+	// countRows has read.
+	vd *verdict
+	op int
 }
 
 // change is a statement or portal a client's Parse, Bind or Close makes
@@ -185,7 +191,11 @@ type session struct {
 	// open is the fenced transaction in progress: stored under qmu (by
 	// S2C, and done), read without it by Server.sweep.
 	open atomic.Pointer[proxy.Admission]
-	rows int64
+	// rows are the rows the open transaction's statements changed, as
+	// their tags say (countRows); saves, the savepoints it holds, each
+	// with the rows before it, in order.
+	rows  int64
+	saves []savepoint
 	// What the server said of the open transaction since its check
 	// passed, for the outcome Done is told (outcome): the last tag that
 	// ends a transaction (endCommit, endOther; ROLLBACK TO SAVEPOINT's is
@@ -904,7 +914,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 					out = s
 				}
 			case 'C':
-				c.countRows(body)
+				c.countRows(g, body)
 			}
 		}
 	case 'S':
@@ -935,7 +945,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		case 'E':
 			complete = t == 'C' || t == 'I' || t == 's'
 			if t == 'C' && g.own == ownClient {
-				c.countRows(body)
+				c.countRows(g, body)
 			}
 		}
 		if g.own != ownClient {
@@ -1010,6 +1020,8 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		// The transaction's statements so far: those that set it up
 		// before its check (pendingCheck).
 		c.rows = 0
+		clear(c.saves)
+		c.saves = c.saves[:0]
 		c.lastEnd, c.failure = 0, nil
 		c.digest.Reset()
 		for _, text := range c.setupTexts {
@@ -1242,27 +1254,100 @@ func endOf(tag []byte) byte {
 	return 0
 }
 
-// countRows adds the rows a CommandComplete of the client's says were
-// written, and notes a tag that ends a transaction (lastEnd).
-func (c *session) countRows(body []byte) {
+// countRows adds the rows a CommandComplete (body) of the client's, an
+// answer to g, says were written, and notes a tag that ends a transaction
+// (lastEnd). Only a tag of a statement that writes counts: INSERT, UPDATE,
+// DELETE, MERGE, and COPY when it was a COPY FROM (a COPY TO answers the
+// rows it read; MOVE and FETCH, the rows they skipped or read). Rows a
+// ROLLBACK TO SAVEPOINT undid are taken off again: the count as the
+// savepoint was set is restored. The statement a COPY, SAVEPOINT, RELEASE
+// or ROLLBACK TO tag answers is the next of g's statements' rows (the
+// tags come in the order of the statements, and none of these kinds runs
+// but as a client's statement of its own); a "ROLLBACK" that is not the
+// next is a ROLLBACK that ends the transaction (or a COMMIT of a failed
+// one), its last statement.
+func (c *session) countRows(g *reply, body []byte) {
 	tag, _, _ := cstring(body)
+	if e := endOf(tag); e != 0 {
+		c.lastEnd = e
+	}
+	word := tag
+	if i := bytes.IndexByte(tag, ' '); i >= 0 {
+		word = tag[:i]
+	}
+	var op rowsOp
+	if g.vd != nil && g.op < len(g.vd.rows) {
+		op = g.vd.rows[g.op]
+	}
+	switch string(word) {
+	case "INSERT", "UPDATE", "DELETE", "MERGE":
+		c.rows += tagCount(tag)
+		return
+	case "COPY":
+		if op.kind != opCopyFrom && op.kind != opCopyTo {
+			return
+		}
+		if op.kind == opCopyFrom {
+			c.rows += tagCount(tag)
+		}
+	case "SAVEPOINT":
+		if op.kind != opSavepoint {
+			return
+		}
+		c.saves = append(c.saves, savepoint{name: op.name, rows: c.rows})
+	case "RELEASE":
+		if op.kind != opRelease {
+			return
+		}
+		if i := c.savepoint(op.name); i >= 0 {
+			clear(c.saves[i:])
+			c.saves = c.saves[:i]
+		}
+	case "ROLLBACK":
+		if op.kind != opRollbackTo {
+			return
+		}
+		if i := c.savepoint(op.name); i >= 0 {
+			c.rows = c.saves[i].rows
+			clear(c.saves[i+1:])
+			c.saves = c.saves[:i+1]
+		}
+	default:
+		return
+	}
+	g.op++
+}
+
+// savepoint is a savepoint of the open transaction, and the rows its
+// statements had changed as it was set.
+type savepoint struct {
+	name string
+	rows int64
+}
+
+// savepoint is the index in saves of the latest savepoint named name, as
+// PostgreSQL finds it, or -1.
+func (c *session) savepoint(name string) int {
+	for i := len(c.saves) - 1; i >= 0; i-- {
+		if c.saves[i].name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// tagCount is the row count a command tag ends with, 0 if none.
+func tagCount(tag []byte) int64 {
+	var n int64
 	i := len(tag)
 	for i > 0 && tag[i-1] >= '0' && tag[i-1] <= '9' {
 		i--
 	}
-	if i == len(tag) {
-		if e := endOf(tag); e != 0 {
-			c.lastEnd = e
-		}
-		return
+	if i == 0 || tag[i-1] != ' ' || len(tag)-i > 18 {
+		return 0
 	}
-	if i == 0 {
-		return
+	for _, d := range tag[i:] {
+		n = n*10 + int64(d-'0')
 	}
-	switch tag[0] {
-	case 'I', 'U', 'D', 'M', 'C': // INSERT, UPDATE, DELETE, MERGE, COPY
-		if n, err := strconv.ParseInt(string(tag[i:]), 10, 64); err == nil {
-			c.rows += n
-		}
-	}
+	return n
 }

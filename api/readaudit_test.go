@@ -24,6 +24,7 @@ import (
 // its own, so that it knows exactly the fences its test makes: elections
 // "a" and "b", each with a leader.
 type readEnv struct {
+	redis *redisthrowaway.Server
 	gw    *proxy.Gateway
 	trail *auditTrail
 	reg   *prometheus.Registry
@@ -63,7 +64,7 @@ func newReadEnv(t *testing.T, policyYAML string, shadow, authRequired bool) *rea
 	go func() { defer close(done); _ = w.Run(wctx) }()
 	t.Cleanup(func() { cancel(); <-done })
 	waitFor(t, "both elections", func() bool { return w.Synced() && len(w.Terms()) == 2 })
-	e := &readEnv{trail: &auditTrail{}, reg: prometheus.NewRegistry(), logs: &bytes.Buffer{}}
+	e := &readEnv{redis: srv, trail: &auditTrail{}, reg: prometheus.NewRegistry(), logs: &bytes.Buffer{}}
 	cfg := proxy.DefaultConfig()
 	cfg.PolicyShadow = shadow
 	e.gw, err = proxy.New(cfg, proxy.Options{
@@ -158,7 +159,9 @@ func TestShadowListingAllowedInFull(t *testing.T) {
 // UNAUTHENTICATED and NOT_AUTHORIZED refusals only: a ListFences refused
 // UNAUTHENTICATED was counted and not audited, and a GetFence of an
 // invalid fence name was neither audited nor counted, where a write or
-// reset of the same name is both (found by red team 19).
+// reset of the same name is both (found by red team 19). A read its
+// backend failed was neither, and answered INTERNAL without ErrorInfo
+// instead of BACKEND_UNAVAILABLE (found by red team 20).
 func TestRefusedReadsAudited(t *testing.T) {
 	const pol = `rules:
   - name: reader
@@ -168,19 +171,31 @@ func TestRefusedReadsAudited(t *testing.T) {
 `
 	e := newReadEnv(t, pol, false, true)
 	anonymous := policy.NewContext(t.Context(), &policy.Caller{})
+	reader := caller(t, "spiffe://test/reader")
+	redisDown := func() {
+		if err := e.redis.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
 	for _, tc := range []struct {
 		name   string
+		before func()
 		read   func() error
 		reason tokens.Reason
 		fence  string // as recorded
 	}{
-		{"ListFences, anonymous", func() error { _, err := e.gw.Fences(anonymous); return err }, tokens.ReasonUnauthenticated, ""},
-		{"GetFence, anonymous", func() error { _, err := e.gw.Fence(anonymous, "a"); return err }, tokens.ReasonUnauthenticated, "a"},
-		{"GetFence, invalid name", func() error {
-			_, err := e.gw.Fence(caller(t, "spiffe://test/reader"), "bad name\n{x}")
+		{"ListFences, anonymous", nil, func() error { _, err := e.gw.Fences(anonymous); return err }, tokens.ReasonUnauthenticated, ""},
+		{"GetFence, anonymous", nil, func() error { _, err := e.gw.Fence(anonymous, "a"); return err }, tokens.ReasonUnauthenticated, "a"},
+		{"GetFence, invalid name", nil, func() error {
+			_, err := e.gw.Fence(reader, "bad name\n{x}")
 			return err
 		}, tokens.ReasonInvalidRequest, "bad name\n{x}"},
+		{"GetFence, Redis down", redisDown, func() error { _, err := e.gw.Fence(reader, "a"); return err }, tokens.ReasonBackendUnavailable, "a"},
+		{"ListFences, Redis down", nil, func() error { _, err := e.gw.Fences(reader); return err }, tokens.ReasonBackendUnavailable, ""},
 	} {
+		if tc.before != nil {
+			tc.before()
+		}
 		e.trail.mu.Lock()
 		before := len(e.trail.recs)
 		e.trail.mu.Unlock()

@@ -804,7 +804,11 @@ func (g *Gateway) Fence(ctx context.Context, name string) (FenceState, error) {
 
 // refusedRead audits and counts a read of fence refused with err, and
 // returns err: every refused read leaves one record, as every write does.
+// An error of a backend is BACKEND_UNAVAILABLE, as for a write.
 func (g *Gateway) refusedRead(ctx context.Context, fence string, gr grant, start time.Time, err error) error {
+	if _, ok := tokens.AsRefusal(err); !ok {
+		err = &tokens.RefusalError{Reason: tokens.ReasonBackendUnavailable, Fence: fence, Err: err}
+	}
 	if g.audit != nil {
 		g.audit.Write(g.auditRecord(ctx, policy.ActionFenceRead, -1, fence, 0, election.Term{}, 0, gr, start, err))
 	}

@@ -59,7 +59,7 @@ func TestFenceGetUnknown(t *testing.T) {
 			"reset unknown",
 			[]string{"fence", "reset", "wsa-led", "--to", "0"},
 			1,
-			`fencectl: fence "wsa-led" not found: no backend holds a high-water mark for it and no election of that name is known (see 'fencectl fences'); nothing was reset; did you mean "was-led"?` + "\n",
+			`fencectl: fence "wsa-led" not found: no backend holds a high-water mark for it and no election of that name is known (see 'fencectl fences'); no high-water mark was lowered; did you mean "was-led"?` + "\n",
 		},
 		{
 			"reset known, without a mark",

@@ -166,7 +166,7 @@ func runFenceReset(ctx context.Context, g *globalConfig, args []string, stdout, 
 		// when fencegate cannot be asked, what the reset found is said.
 		if f, err := gw.getFence(ctx, res.GetFence()); err == nil {
 			var nf *notFoundError
-			if err := unknownFence(ctx, gw, f, "; nothing was reset"); errors.As(err, &nf) {
+			if err := unknownFence(ctx, gw, f, "; no high-water mark was lowered"); errors.As(err, &nf) {
 				return err
 			}
 		}

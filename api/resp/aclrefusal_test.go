@@ -16,7 +16,8 @@ import (
 // fencegate's refusal, the reason first and the command and key named,
 // and in a pipeline it is that command's answer only: the commands around
 // it are answered as Redis would (a lone SET needs no rollback and runs).
-// In MULTI it aborts the transaction, nothing applied.
+// In MULTI it aborts the transaction, nothing applied. (Found by red team
+// 19: both were answered with a bare -NOPERM, no reason, no text.)
 func TestACLRefusalAnswersAsFencegate(t *testing.T) {
 	srv, err := throwaway.Start(t.Context(), throwaway.Options{
 		Users: []string{"fencegate on >s3cret ~* +@all -restore (~fencegate:* +restore)"},

@@ -90,22 +90,10 @@ func TestKeyScopedACLRefusedUpFront(t *testing.T) {
 			if tt.denied == "set" {
 				selector = "~fencegate:{acl-check}:*"
 			}
-			srv, err := throwaway.Start(ctx, throwaway.Options{
-				Users: []string{"fencegate on >s3cret ~* +@all -" + tt.denied + " (" + selector + " +" + tt.denied + ")"},
-			})
+			b, db, err := scopedACL(t, "~* +@all -"+tt.denied+" ("+selector+" +"+tt.denied+")")
 			if err != nil {
 				t.Fatal(err)
 			}
-			t.Cleanup(func() { _ = srv.Close() })
-			cfg := DefaultConfig()
-			cfg.Username, cfg.Password = "fencegate", "s3cret"
-			b, err := Open(ctx, srv.Addr(), cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = b.Close() })
-			db := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
-			t.Cleanup(func() { _ = db.Close() })
 			for name, v := range tt.setup {
 				if err := db.Set(ctx, k(name), v, 0).Err(); err != nil {
 					t.Fatal(err)
@@ -162,4 +150,32 @@ func dumpAll(t *testing.T, db *goredis.Client) string {
 		b.WriteString(k + "=" + db.Dump(t.Context(), k).Val() + " ")
 	}
 	return b.String()
+}
+
+// scopedACL starts a throwaway Redis whose user fencegate has acl (an ACL
+// SETUSER rule list, e.g. "~* +@all -get (~fencegate:* +get)", password
+// s3cret), opens a Backend as that user, with the default config as tune
+// changes it, and returns it (nil, and Open's error, if Open refused the
+// user) with an admin client.
+func scopedACL(t *testing.T, acl string, tune ...func(*Config)) (*Backend, *goredis.Client, error) {
+	t.Helper()
+	ctx := t.Context()
+	srv, err := throwaway.Start(ctx, throwaway.Options{Users: []string{"fencegate on >s3cret " + acl}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.Close() })
+	db := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
+	t.Cleanup(func() { _ = db.Close() })
+	cfg := DefaultConfig()
+	cfg.Username, cfg.Password = "fencegate", "s3cret"
+	for _, f := range tune {
+		f(&cfg)
+	}
+	b, err := Open(ctx, srv.Addr(), cfg)
+	if err != nil {
+		return nil, db, err
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	return b, db, nil
 }

@@ -3,9 +3,6 @@ package redis
 import (
 	"testing"
 
-	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/fencegate/fencegate/proxy/redis/throwaway"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -29,23 +26,11 @@ import (
 func TestRedTeam17KeyScopedACLBreaksRollback(t *testing.T) {
 	ctx := t.Context()
 	const fence = "rt17acl"
-	srv, err := throwaway.Start(ctx, throwaway.Options{
-		Users: []string{"fencegate on >s3cret ~* +@all -restore (~fencegate:* +restore)"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	cfg := DefaultConfig()
-	cfg.Username, cfg.Password = "fencegate", "s3cret"
-	b, err := Open(ctx, srv.Addr(), cfg)
+	b, db, err := scopedACL(t, "~* +@all -restore (~fencegate:* +restore)")
 	if err != nil {
 		t.Logf("Open refused the user: %v", err)
 		return
 	}
-	t.Cleanup(func() { _ = b.Close() })
-	db := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { _ = db.Close() })
 	a, text := key(fence, "a"), key(fence, "text")
 	if err := db.Set(ctx, a, "orig", 0).Err(); err != nil {
 		t.Fatal(err)

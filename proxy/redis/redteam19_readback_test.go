@@ -3,9 +3,6 @@ package redis
 import (
 	"testing"
 
-	goredis "github.com/redis/go-redis/v9"
-
-	"github.com/fencegate/fencegate/proxy/redis/throwaway"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -32,23 +29,11 @@ import (
 func TestRedTeam19ExactReadbackACLHalfApplies(t *testing.T) {
 	ctx := t.Context()
 	const fence = "rt19readback"
-	srv, err := throwaway.Start(ctx, throwaway.Options{
-		Users: []string{"fencegate on >s3cret ~* +@all -get (~fencegate:* +get)"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	cfg := DefaultConfig()
-	cfg.Username, cfg.Password = "fencegate", "s3cret"
-	b, err := Open(ctx, srv.Addr(), cfg)
+	b, db, err := scopedACL(t, "~* +@all -get (~fencegate:* +get)")
 	if err != nil {
 		t.Logf("Open refused the user: %v", err)
 		return
 	}
-	t.Cleanup(func() { _ = b.Close() })
-	db := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { _ = db.Close() })
 	n, other := key(fence, "n"), key(fence, "other")
 	const start = "9007199254740990" // 2^53 - 2
 	if err := db.Set(ctx, n, start, 0).Err(); err != nil {
@@ -94,24 +79,11 @@ func TestRedTeam19ExactReadbackACLHalfApplies(t *testing.T) {
 func TestRedTeam19AppendLimitSkippedWhenStrlenDenied(t *testing.T) {
 	ctx := t.Context()
 	const fence = "rt19strlen"
-	srv, err := throwaway.Start(ctx, throwaway.Options{
-		Users: []string{"fencegate on >s3cret ~* +@all -strlen (~fencegate:* +strlen)"},
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = srv.Close() })
-	cfg := DefaultConfig()
-	cfg.Username, cfg.Password = "fencegate", "s3cret"
-	cfg.MaxValueBytes, cfg.MaxReplyBytes = 16, 1024
-	b, err := Open(ctx, srv.Addr(), cfg)
+	b, db, err := scopedACL(t, "~* +@all -strlen (~fencegate:* +strlen)", func(cfg *Config) { cfg.MaxValueBytes, cfg.MaxReplyBytes = 16, 1024 })
 	if err != nil {
 		t.Logf("Open refused the user: %v", err)
 		return
 	}
-	t.Cleanup(func() { _ = b.Close() })
-	db := goredis.NewClient(&goredis.Options{Addr: srv.Addr(), Protocol: 2, DisableIdentity: true})
-	t.Cleanup(func() { _ = db.Close() })
 	k := key(fence, "s")
 	for i := 0; i < 4; i++ {
 		_, _ = b.Exec(ctx, fence, 5, [][]string{{"APPEND", k, "0123456789"}})

@@ -43,6 +43,7 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/fencegate/fencegate/api"
@@ -929,7 +930,7 @@ func TestRedTeamAuthCrossAction(t *testing.T) {
 	if _, err := gc.Redis(mdctx, &fencegatev1.RedisRequest{Fence: a, Commands: []*structpb.ListValue{cmd}}); rtReason(err) != "NOT_AUTHORIZED" {
 		t.Errorf("gRPC redis.write on a: got %q", rtReason(err))
 	}
-	if _, err := gc.ResetFence(ctx, &fencegatev1.ResetFenceRequest{Fence: a, HighWater: 0}); rtReason(err) != "NOT_AUTHORIZED" {
+	if _, err := gc.ResetFence(ctx, &fencegatev1.ResetFenceRequest{Fence: a, HighWater: proto.Uint64(0)}); rtReason(err) != "NOT_AUTHORIZED" {
 		t.Errorf("gRPC fence.admin (reset) on a: got %q", rtReason(err))
 	}
 	for _, f := range []string{a, b} {

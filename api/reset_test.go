@@ -85,6 +85,17 @@ func TestResetFence(t *testing.T) {
 		t.Fatalf("reset above the mark: got %v, want highWaterBefore 8, highWater 8", got.body)
 	}
 	ok("term 8 after a reset to 50", execHTTP(t, a, fence, 8, insert(table, "leader", 8)))
+	// A reset without the mark to lower to is refused: an empty body, or
+	// one whose field is misspelt, once read as 0 and forgot the fence,
+	// and its predecessor's zombie was then accepted.
+	for _, body := range []string{"", "{}", `{"high_water_mark":"8"}`} {
+		got := doHTTP(t, http.MethodPost, a.url+"/v1/fences/"+fence+"/reset", "", body)
+		wantRefusal(t, got, 400, "INVALID_REQUEST")
+		if msg, _ := got.body["message"].(string); body == "{}" && !strings.Contains(msg, "highWater is required") {
+			t.Errorf("reset with %q: got message %q, want it to say highWater is required", body, msg)
+		}
+	}
+	wantRefusal(t, execHTTP(t, b, fence, 7, insert(table, "zombie", 7)), 409, "STALE_TOKEN")
 	if n := count(t, c, table); n != 5 {
 		t.Fatalf("got %d rows, want 5 (7, the forgery, 8 on a, 8 on b, 8 again)", n)
 	}

@@ -452,6 +452,12 @@ func (s *Server) ResetFence(ctx context.Context, req *fencegatev1.ResetFenceRequ
 	if r := unreadable(req, req.GetFence()); r != nil {
 		return nil, statusError(r) // never reset from a partial message
 	}
+	if req.HighWater == nil {
+		// A zero mark forgets the fence: it must be asked for, not be
+		// what a forgotten field or an empty body reads as.
+		return nil, statusError(tokens.Refuse(tokens.ReasonInvalidRequest, req.GetFence(), 0,
+			"highWater is required: the real leader's current token (0 forgets the fence)"))
+	}
 	res, err := s.gw.ResetFence(ctx, req.GetFence(), tokens.Token(req.GetHighWater()))
 	if err != nil {
 		return nil, statusError(err)

@@ -120,7 +120,7 @@ func (c *gateway) getFence(ctx context.Context, name string) (fence, error) {
 // /v1/fences/NAME/reset).
 func (c *gateway) resetFence(ctx context.Context, name string, mark uint64) (*fencegatev1.ResetFenceResponse, error) {
 	path := "/v1/fences/" + url.PathEscape(name) + "/reset"
-	req, err := protojson.Marshal(&fencegatev1.ResetFenceRequest{HighWater: mark})
+	req, err := protojson.Marshal(&fencegatev1.ResetFenceRequest{HighWater: &mark})
 	if err != nil {
 		return nil, err
 	}

@@ -29,6 +29,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 
 	"github.com/fencegate/fencegate/api/auth/authtest"
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
@@ -390,7 +391,7 @@ func TestSecureServe(t *testing.T) {
 	})
 
 	t.Run("a reset needs fence.admin", func(t *testing.T) {
-		_, err := ac.ResetFence(ctx, &fencegatev1.ResetFenceRequest{Fence: "a", HighWater: 1})
+		_, err := ac.ResetFence(ctx, &fencegatev1.ResetFenceRequest{Fence: "a", HighWater: proto.Uint64(1)})
 		if reason, md := reasonOf(err); reason != "NOT_AUTHORIZED" || md["action"] != "fence.admin" {
 			t.Fatalf("alice resets fence a: got %v, want NOT_AUTHORIZED for fence.admin", err)
 		}

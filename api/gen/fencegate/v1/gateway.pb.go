@@ -498,7 +498,9 @@ type ResetFenceRequest struct {
 	Fence string                 `protobuf:"bytes,1,opt,name=fence,proto3" json:"fence,omitempty"`
 	// The mark to lower the fence to: the real leader's current token. 0
 	// forgets the fence. A mark at or above the current one changes nothing.
-	HighWater     uint64 `protobuf:"varint,2,opt,name=high_water,json=highWater,proto3" json:"high_water,omitempty"`
+	// Required: a request without it is refused INVALID_REQUEST, so that a
+	// forgotten field never forgets the fence.
+	HighWater     *uint64 `protobuf:"varint,2,opt,name=high_water,json=highWater,proto3,oneof" json:"high_water,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -541,8 +543,8 @@ func (x *ResetFenceRequest) GetFence() string {
 }
 
 func (x *ResetFenceRequest) GetHighWater() uint64 {
-	if x != nil {
-		return x.HighWater
+	if x != nil && x.HighWater != nil {
+		return *x.HighWater
 	}
 	return 0
 }
@@ -735,11 +737,12 @@ const file_fencegate_v1_gateway_proto_rawDesc = "" +
 	"\x04term\x18\x03 \x01(\x04R\x04term\x12\x16\n" +
 	"\x06leader\x18\x04 \x01(\tR\x06leader\x12\x1d\n" +
 	"\n" +
-	"has_leader\x18\x05 \x01(\bR\thasLeader\"H\n" +
+	"has_leader\x18\x05 \x01(\bR\thasLeader\"\\\n" +
 	"\x11ResetFenceRequest\x12\x14\n" +
-	"\x05fence\x18\x01 \x01(\tR\x05fence\x12\x1d\n" +
+	"\x05fence\x18\x01 \x01(\tR\x05fence\x12\"\n" +
 	"\n" +
-	"high_water\x18\x02 \x01(\x04R\thighWater\"\x98\x01\n" +
+	"high_water\x18\x02 \x01(\x04H\x00R\thighWater\x88\x01\x01B\r\n" +
+	"\v_high_water\"\x98\x01\n" +
 	"\x12ResetFenceResponse\x12\x14\n" +
 	"\x05fence\x18\x01 \x01(\tR\x05fence\x12*\n" +
 	"\x11high_water_before\x18\x02 \x01(\x04R\x0fhighWaterBefore\x12\x1d\n" +
@@ -817,6 +820,7 @@ func file_fencegate_v1_gateway_proto_init() {
 	if File_fencegate_v1_gateway_proto != nil {
 		return
 	}
+	file_fencegate_v1_gateway_proto_msgTypes[8].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{

@@ -19,6 +19,7 @@ import (
 	"github.com/fencegate/fencegate/election/zookeeper"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
+	"github.com/fencegate/fencegate/proxy/postgres/sqlcheck"
 	"github.com/fencegate/fencegate/proxy/redis"
 )
 
@@ -164,6 +165,9 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.Func("postgres-allow-sql", "comma-separated statement kinds callers may send beyond SELECT, INSERT, UPDATE, DELETE and MERGE: truncate, lock, ddl (for trusted deployments; what would break the fence stays refused)", func(s string) error {
 		for _, name := range strings.Split(s, ",") {
 			if name = strings.TrimSpace(name); name != "" {
+				if err := sqlcheck.CheckAllow(name); err != nil {
+					return err
+				}
 				c.Postgres.AllowSQL = append(c.Postgres.AllowSQL, name)
 			}
 		}
@@ -183,6 +187,9 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 	fs.Func("redis-allow", "comma-separated Redis commands to allow beyond the default allowlist", func(s string) error {
 		for _, name := range strings.Split(s, ",") {
 			if name = strings.TrimSpace(name); name != "" {
+				if err := redis.CheckAllow(name); err != nil {
+					return err
+				}
 				c.Redis.Allow = append(c.Redis.Allow, name)
 			}
 		}

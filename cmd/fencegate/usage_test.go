@@ -42,6 +42,10 @@ func TestUsageErrors(t *testing.T) {
 		{"bad log level", []string{"serve", pg, "--log-level=loud"}, nil, 2, "fencegate serve: --log-level \"loud\": want debug, info, warn or error\nRun 'fencegate serve --help' for usage.\n"},
 		{"flags that need another", []string{"serve", "--redis-addr=127.0.0.1:1", "--pg-listen-addr=127.0.0.1:0"}, nil, 2, "fencegate serve: --pg-listen-addr needs --postgres-dsn: the database its clients reach\nRun 'fencegate serve --help' for usage.\n"},
 		{"password in plain text", []string{"serve", pg, "--etcd-endpoints=http://10.0.0.1:2379", "--etcd-password=p"}, nil, 2, "fencegate serve: --etcd-password would go in plain text to http://10.0.0.1:2379: use https:// endpoints with --etcd-cacert (or --insecure)\nRun 'fencegate serve --help' for usage.\n"},
+		// Were exit 1 at start-up, naming a Go field, or accepted with
+		// --redis-addr alone.
+		{"unknown statement kind", []string{"serve", "--redis-addr=127.0.0.1:1", "--postgres-allow-sql=truncate,drop"}, nil, 2, "fencegate serve: --postgres-allow-sql=\"truncate,drop\": unknown statement kind \"drop\": want \"ddl\", \"lock\", \"truncate\"\nRun 'fencegate serve --help' for usage.\n"},
+		{"command never allowed", []string{"serve", "--redis-addr=127.0.0.1:1", "--redis-allow=flushall"}, nil, 2, "fencegate serve: --redis-allow=\"flushall\": fencegate never allows FLUSHALL: administrative commands are not allowed\nRun 'fencegate serve --help' for usage.\n"},
 		{"dev port", []string{"dev", "--postgres-port=70000"}, nil, 2, "fencegate dev: --postgres-port=70000: want a TCP port (1-65535), or 0 for a free one\nRun 'fencegate dev --help' for usage.\n"},
 		{"migrate without dsn", []string{"migrate"}, nil, 2, "fencegate migrate: --postgres-dsn (or FENCEGATE_POSTGRES_DSN) is required: an admin's connection string\nRun 'fencegate migrate --help' for usage.\n"},
 		{"grant without login", []string{"grant", "--postgres-dsn=postgres://x"}, nil, 2, "fencegate grant: --login is required: the role fencegate logs in as\nRun 'fencegate grant --help' for usage.\n"},

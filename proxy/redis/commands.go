@@ -313,24 +313,13 @@ func newAllowlist(extra []string) (allowlist, error) {
 		}
 	}
 	for _, name := range extra {
+		if err := CheckAllow(name); err != nil {
+			return nil, fmt.Errorf("redis: the allowed commands (--redis-allow): %w", err)
+		}
 		up := upperASCII(name)
-		if why := refusedFamilies[up]; why != "" {
-			return nil, fmt.Errorf("redis: the allowed commands (--redis-allow) name %s, which fencegate never allows: %s", up, why)
-		}
-		s, ok := commandTable[up]
-		if !ok {
-			return nil, errUnknownAllow(name)
-		}
-		a[up] = s
+		a[up] = commandTable[up]
 	}
 	return a, nil
-}
-
-type errUnknownAllow string
-
-func (e errUnknownAllow) Error() string {
-	return "redis: the allowed commands (--redis-allow) name " + strconv.Quote(string(e)) +
-		", which fencegate cannot check (it knows the key positions of: " + strings.Join(OptionalCommands(), " ") + ")"
 }
 
 // DefaultCommands returns the commands allowed by default, sorted.
@@ -735,4 +724,17 @@ func (s *keySet) add(k string, boxed any) {
 			s.index[x.(string)] = struct{}{}
 		}
 	}
+}
+
+// CheckAllow says whether name may be given in Config.Allow: nil, or why
+// not.
+func CheckAllow(name string) error {
+	up := upperASCII(name)
+	if why := refusedFamilies[up]; why != "" {
+		return fmt.Errorf("fencegate never allows %s: %s", up, why)
+	}
+	if _, ok := commandTable[up]; !ok {
+		return fmt.Errorf("fencegate cannot check %q (it knows the key positions of: %s)", name, strings.Join(OptionalCommands(), " "))
+	}
+	return nil
 }

@@ -77,6 +77,15 @@ func New(cfg Config) (*Checker, error) {
 	return c, nil
 }
 
+// CheckAllow says whether name may be given in Config.Allow: nil, or
+// an error naming the names that may.
+func CheckAllow(name string) error {
+	if !allowNames[name] {
+		return fmt.Errorf("unknown statement kind %q: want %s", name, knownAllowNames())
+	}
+	return nil
+}
+
 func knownAllowNames() string {
 	names := make([]string, 0, len(allowNames))
 	for n := range allowNames {

@@ -198,6 +198,16 @@ func TestBadInputHTTP(t *testing.T) {
 			wantRefusal(t, doHTTP(t, http.MethodPost, tt.url, tt.token, tt.body), tt.code, tt.reason)
 		})
 	}
+	// A body that does not decode is named as the caller's, not by the
+	// library that read it ("proto: unexpected EOF").
+	for body, want := range map[string]string{
+		`{"statements":[{"sql":`: "fencegate: INVALID_REQUEST: request body is not a valid request: unexpected EOF",
+		`{"statementz":[]}`:      `fencegate: INVALID_REQUEST: request body is not a valid request: (line 1:2): unknown field "statementz"`,
+	} {
+		if got, _ := doHTTP(t, http.MethodPost, url, tok, body).body["message"].(string); got != want {
+			t.Errorf("body %s: got message %q, want %q", body, got, want)
+		}
+	}
 	if n := count(t, c, table); n != 0 {
 		t.Errorf("got %d rows after refused writes, want 0", n)
 	}

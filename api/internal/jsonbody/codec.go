@@ -18,6 +18,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/grpc-ecosystem/grpc-gateway/v2/runtime"
 	"google.golang.org/protobuf/proto"
@@ -44,7 +45,7 @@ func (c Codec) NewDecoder(r io.Reader) runtime.Decoder {
 			return err
 		}
 		if err := c.Decode(body, m); err != nil {
-			return err
+			return bodyError(err)
 		}
 		if pf, ok := r.(*pathFenced); ok {
 			if f, ok := m.(interface{ GetFence() string }); ok && f.GetFence() != "" && f.GetFence() != pf.fence {
@@ -53,6 +54,18 @@ func (c Codec) NewDecoder(r io.Reader) runtime.Decoder {
 		}
 		return nil
 	})
+}
+
+// bodyError says err is the request body's: protojson's errors name the
+// library ("proto: unexpected EOF", with a space that is sometimes a
+// no-break space), not what the caller sent.
+func bodyError(err error) error {
+	msg := err.Error()
+	rest, ok := strings.CutPrefix(msg, "proto:")
+	if !ok {
+		return err
+	}
+	return fmt.Errorf("request body is not a valid request: %s", strings.TrimLeft(rest, " \u00a0"))
 }
 
 // PathFenced is the body of a request whose path names fence. grpc-gateway

@@ -357,6 +357,27 @@ func (g *Gateway) RefuseRequest(ctx context.Context, a policy.Action, fence, raw
 	return err
 }
 
+// RefusedLogin records a listener's refusal of a login (the PostgreSQL
+// listener's startup, the RESP listener's AUTH or HELLO) whose fence or
+// token is malformed or missing, which the listeners read at login rather
+// than at a write: counted, logged and audited as a refused write of fence
+// (action a) would be, with the identity the connection has so far (a
+// client certificate's), and not authorized: the login it would be
+// authorized as was never tried. A worker that cannot connect shows in the
+// metrics and the log, not only in its own output.
+func (g *Gateway) RefusedLogin(ctx context.Context, a policy.Action, fence, rawToken string, problem *tokens.RefusalError) {
+	backend := backendPostgres
+	if a == policy.ActionRedisWrite {
+		backend = backendRedis
+	}
+	start := g.now()
+	t := tokenOf(problem, rawToken)
+	g.finish(ctx, backend, fence, t, start, time.Time{}, problem)
+	if g.audit != nil {
+		g.audit.Write(g.auditRecord(ctx, a, backend, fence, t, election.Term{}, 0, grant{}, start, problem))
+	}
+}
+
 // Authenticated says whether the caller of ctx has the identity the
 // gateway requires (AuthRequired): nil, or the UNAUTHENTICATED refusal
 // each of its writes to fence would get. A listener asks it at login, so

@@ -266,17 +266,30 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 	if len(user) > maxNameLen {
 		user = user[:maxNameLen]
 	}
+	// A fence or token of the wrong form is a refused write, recorded as
+	// one (Gateway.RefusedLogin), with the principal of a client
+	// certificate if there is one: the database login was never tried.
+	refused := func(code string, r tokens.Reason, format string, args ...any) (*session, error) {
+		f := refuseStart(code, r, format, args...)
+		principal := ""
+		if tlsState != nil && len(tlsState.VerifiedChains) > 0 && len(tlsState.VerifiedChains[0]) > 0 {
+			principal = auth.PrincipalOf(tlsState.VerifiedChains[0][0])
+		}
+		ctx := proxy.WithProtocol(policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()}), proxy.ProtocolPgwire)
+		s.gw.RefusedLogin(ctx, policy.ActionSQLWrite, fence, token, tokens.Refuse(r, fence, 0, format, args...))
+		return fail(f)
+	}
 	if !proxy.ValidFenceName(fence, s.cfg.MaxFenceName) {
 		if fence == "" {
-			return fail(refuseStart("FG006", tokens.ReasonInvalidRequest, "no fence: connect with options '-c fencegate.fence=<fence> -c fencegate.token=<token>' (PGOPTIONS)"))
+			return refused("FG006", tokens.ReasonInvalidRequest, "no fence: connect with options '-c fencegate.fence=<fence> -c fencegate.token=<token>' (PGOPTIONS)")
 		}
-		return fail(refuseStart("FG006", tokens.ReasonInvalidRequest, "fence name %.64q: want 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", fence, s.cfg.MaxFenceName))
+		return refused("FG006", tokens.ReasonInvalidRequest, "fence name %.64q: want 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", fence, s.cfg.MaxFenceName)
 	}
 	if _, err := tokens.Parse(token); err != nil {
 		if errors.Is(err, tokens.ErrMissing) {
-			return fail(refuseStart("FG004", tokens.ReasonMissingToken, "no fencing token: connect with options '-c fencegate.token=<token>' (PGOPTIONS)"))
+			return refused("FG004", tokens.ReasonMissingToken, "no fencing token: connect with options '-c fencegate.token=<token>' (PGOPTIONS)")
 		}
-		return fail(refuseStart("FG004", tokens.ReasonInvalidToken, "fencing token %.32q is not a decimal integer in [1, 2^64)", token))
+		return refused("FG004", tokens.ReasonInvalidToken, "fencing token %.32q is not a decimal integer in [1, 2^64)", token)
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), s.cfg.StartupTimeout)

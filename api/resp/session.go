@@ -617,14 +617,20 @@ func (s *session) auth(fence, token string) {
 // checkAuth returns the error reply for a fence or token of the wrong
 // form, or "".
 func (s *session) checkAuth(fence, token string) string {
+	// A fence or token of the wrong form is a refused write, recorded as
+	// one (Gateway.RefusedLogin).
+	refused := func(r tokens.Reason, format string, args ...any) string {
+		s.srv.gw.RefusedLogin(s.ctx, policy.ActionRedisWrite, fence, token, tokens.Refuse(r, fence, 0, format, args...))
+		return string(r) + " fencegate: " + fmt.Sprintf(format, args...)
+	}
 	if !proxy.ValidFenceName(fence, s.srv.cfg.MaxFenceName) {
-		return fmt.Sprintf("INVALID_REQUEST fencegate: fence name %.64q: want 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", fence, s.srv.cfg.MaxFenceName)
+		return refused(tokens.ReasonInvalidRequest, "fence name %.64q: want 1 to %d letters, digits, '.', '_' or '-', starting with a letter or digit", fence, s.srv.cfg.MaxFenceName)
 	}
 	if _, err := tokens.Parse(token); err != nil {
 		if errors.Is(err, tokens.ErrMissing) {
-			return "MISSING_TOKEN fencegate: AUTH <fence> <token> needs a token"
+			return refused(tokens.ReasonMissingToken, "AUTH <fence> <token> needs a token")
 		}
-		return fmt.Sprintf("INVALID_TOKEN fencegate: fencing token %.32q is not a decimal integer in [1, 2^64)", token)
+		return refused(tokens.ReasonInvalidToken, "fencing token %.32q is not a decimal integer in [1, 2^64)", token)
 	}
 	// A caller without the identity the gateway requires, every write of
 	// which would be refused, does not log in: it stays under AuthTimeout

@@ -65,6 +65,22 @@
 // session holding that key may lead either election. It looks for such a
 // row in the same statement that reads the fence's term row.
 //
+// From version 12 advance_term refuses with SQLSTATE FG006, before
+// reading it, a term table whose reading could run code another role
+// chose: fencegate.term_table_problem (which anyone may run; pgterm runs
+// it at start, with deep also for what ANALYZE and REINDEX run as the
+// table's owner) names the problem. fencegate_owner owns tern's version
+// table.
+//
+// From version 13 end_session terminates only a backend of this database
+// whose login is no member of fencegate_runtime, whatever was bound.
+//
+// Apply refuses a schema fencegate that exists before it and belongs to,
+// or holds a table, function, type or trigger of, a role other than
+// fencegate_owner, the migrating role or a superuser: tern would update
+// the version table, and run the migrations, with the migrating role's
+// rights next to that role's code.
+//
 // Apply is idempotent and safe to run from several replicas at once: it holds
 // a PostgreSQL session advisory lock while it creates the schema and runs
 // tern (which takes its own advisory lock too), so concurrent runs apply each

@@ -3,6 +3,7 @@ package migrations
 import (
 	"context"
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 
@@ -64,6 +65,9 @@ func Apply(ctx context.Context, conn *pgx.Conn) (err error) {
 			err = fmt.Errorf("migrations: release advisory lock: %w", unlockErr)
 		}
 	}()
+	if err := checkPrecreated(ctx, conn); err != nil {
+		return err
+	}
 	// tern's version table lives in the schema, so it must exist first.
 	if _, err := conn.Exec(ctx, "CREATE SCHEMA IF NOT EXISTS fencegate"); err != nil {
 		return fmt.Errorf("migrations: create schema fencegate: %w", err)
@@ -87,6 +91,56 @@ func Apply(ctx context.Context, conn *pgx.Conn) (err error) {
 		return fmt.Errorf("migrations: %w", err)
 	}
 	return nil
+}
+
+// untrustedObject is the first thing in a schema fencegate that exists
+// before Apply creates it whose owner is none of OwnerRole, the migrating
+// role or a superuser: the schema itself, a table (of any kind), function,
+// type, or a trigger's function on one of its tables. tern updates the
+// version table as the migrating role, and the migrations replace the
+// schema's functions, so such an owner's triggers and code would run with
+// the migrating role's rights (TestRedTeam20PrecreatedSchemaVersionTrigger).
+const untrustedObject = `
+WITH trusted(oid) AS (
+  SELECT r.oid FROM pg_catalog.pg_roles AS r
+   WHERE r.rolsuper OR r.rolname OPERATOR(pg_catalog.=) $1 OR r.oid OPERATOR(pg_catalog.=) (SELECT u.oid FROM pg_catalog.pg_roles AS u WHERE u.rolname OPERATOR(pg_catalog.=) CURRENT_USER)
+), ns AS (
+  SELECT n.oid, n.nspowner FROM pg_catalog.pg_namespace AS n WHERE n.nspname OPERATOR(pg_catalog.=) 'fencegate'
+)
+SELECT what, pg_catalog.pg_get_userbyid(owner) FROM (
+  SELECT 0 AS ord, 'schema fencegate' AS what, ns.nspowner AS owner FROM ns
+  UNION ALL
+  SELECT 1, pg_catalog.format('table %s', c.oid::pg_catalog.regclass), c.relowner
+    FROM pg_catalog.pg_class AS c JOIN ns ON c.relnamespace OPERATOR(pg_catalog.=) ns.oid
+  UNION ALL
+  SELECT 2, pg_catalog.format('function %s', p.oid::pg_catalog.regprocedure), p.proowner
+    FROM pg_catalog.pg_proc AS p JOIN ns ON p.pronamespace OPERATOR(pg_catalog.=) ns.oid
+  UNION ALL
+  SELECT 3, pg_catalog.format('type %s', t.oid::pg_catalog.regtype), t.typowner
+    FROM pg_catalog.pg_type AS t JOIN ns ON t.typnamespace OPERATOR(pg_catalog.=) ns.oid
+  UNION ALL
+  SELECT 4, pg_catalog.format('trigger %I on %s (function %s)', g.tgname, g.tgrelid::pg_catalog.regclass, g.tgfoid::pg_catalog.regprocedure), p.proowner
+    FROM pg_catalog.pg_trigger AS g
+    JOIN pg_catalog.pg_class AS c ON c.oid OPERATOR(pg_catalog.=) g.tgrelid
+    JOIN ns ON c.relnamespace OPERATOR(pg_catalog.=) ns.oid
+    JOIN pg_catalog.pg_proc AS p ON p.oid OPERATOR(pg_catalog.=) g.tgfoid
+   WHERE NOT g.tgisinternal
+) AS o
+WHERE NOT EXISTS (SELECT FROM trusted WHERE trusted.oid OPERATOR(pg_catalog.=) o.owner)
+ORDER BY ord, what
+LIMIT 1`
+
+// checkPrecreated refuses a schema fencegate made, or filled, by a role
+// Apply cannot trust (untrustedObject).
+func checkPrecreated(ctx context.Context, conn *pgx.Conn) error {
+	var what, owner string
+	switch err := conn.QueryRow(ctx, untrustedObject, OwnerRole).Scan(&what, &owner); {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil
+	case err != nil:
+		return fmt.Errorf("migrations: check schema fencegate: %w", err)
+	}
+	return fmt.Errorf("migrations: %s is owned by %q, neither %s, the migrating role nor a superuser: its owner's code would run with the migrating role's rights; drop it or check what it holds, then migrate again", what, owner, OwnerRole)
 }
 
 // Latest returns the schema version this binary's migrations lead to.

@@ -18,8 +18,17 @@
 // The source keeps what it last read in memory (Term, for every write's
 // fast path) and refreshes it every Config.Poll for the fences it was asked
 // about; Verify reads the row and pg_locks afresh. The backend's own check
-// (fencegate.advance_term, migrations 005, 010 and 011) is final: it runs
-// in the fenced write's transaction.
+// (fencegate.advance_term, migrations 005, 010, 011 and 012) is final: it
+// runs in the fenced write's transaction.
+//
+// Open refuses a term table that fencegate.term_table_problem (migration
+// 012) finds a problem with, from the catalogs alone, before any read of
+// the table: one whose reading could run code a role other than a
+// superuser or fencegate_owner chose (its owner, row security, rules,
+// triggers, the types of name and term), or whose columns, index
+// expressions and predicates or statistics depend on such a role's
+// functions, operators, types or collations, which ANALYZE runs as the
+// table's owner. It cannot undo what such a table ran before Open.
 package pgterm
 
 import (
@@ -165,17 +174,21 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 func (s *Source) resolve(ctx context.Context, table string) error {
 	var qualified string
 	var migrated bool
-	if err := s.pool.QueryRow(ctx, "SELECT pg_catalog.to_regprocedure('fencegate.advance_term(text, bigint, text, text)') IS NOT NULL").Scan(&migrated); err != nil {
+	if err := s.pool.QueryRow(ctx, "SELECT pg_catalog.to_regprocedure('fencegate.term_table_problem(regclass, boolean)') IS NOT NULL").Scan(&migrated); err != nil {
 		return fmt.Errorf("pgterm: %w", err)
 	}
 	if !migrated {
-		return errors.New("pgterm: fencegate.advance_term is missing: run fencegate migrate (schema version 5 or later)")
+		return errors.New("pgterm: fencegate.term_table_problem is missing: run fencegate migrate (schema version 12 or later)")
 	}
-	var sel, upd, owner, login, trusted bool
-	var tableOwner string
+	// Nothing here reads the table: only the catalogs, so that no cast
+	// or operator of a type its owner chose runs before it is judged
+	// (fencegate.term_table_problem, migration 012, with deep: also what
+	// ANALYZE and REINDEX run as its owner, which advance_term skips).
+	var sel, upd, owner, login bool
+	var problem *string
 	err := s.pool.QueryRow(ctx, `
 SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
-       c.relkind = 'r' AND (o.rolsuper OR o.rolname = 'fencegate_owner'), o.rolname,
+       fencegate.term_table_problem(c.oid, true),
        EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner'),
        CASE WHEN EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'fencegate_owner')
             THEN pg_catalog.has_table_privilege('fencegate_owner', c.oid, 'SELECT') END,
@@ -183,8 +196,7 @@ SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
             THEN pg_catalog.has_any_column_privilege('fencegate_owner', c.oid, 'UPDATE') END,
        pg_catalog.has_table_privilege(c.oid, 'SELECT')
   FROM pg_catalog.pg_class AS c JOIN pg_catalog.pg_namespace AS n ON n.oid = c.relnamespace
-  JOIN pg_catalog.pg_roles AS o ON o.oid = c.relowner
- WHERE c.oid = pg_catalog.to_regclass($1)`, table).Scan(&qualified, &trusted, &tableOwner, &owner, &sel, &upd, &login)
+ WHERE c.oid = pg_catalog.to_regclass($1)`, table).Scan(&qualified, &problem, &owner, &sel, &upd, &login)
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		return fmt.Errorf("pgterm: term table %q does not exist: create it (CREATE TABLE %s (name text PRIMARY KEY, term bigint NOT NULL)) or name it with --postgres-term-table", table, table)
@@ -192,10 +204,10 @@ SELECT pg_catalog.format('%I.%I', n.nspname, c.relname),
 		return fmt.Errorf("pgterm: find term table %q: %w", table, err)
 	case !owner:
 		return errors.New("pgterm: role fencegate_owner does not exist: run fencegate migrate first")
-	case !trusted:
+	case problem != nil:
 		// The check reads it as fencegate_owner, and this source as
-		// fencegate's login: its owner decides what reading it runs.
-		return fmt.Errorf("pgterm: term table %s is owned by %q, or is not a plain table: its owner could make fencegate's check run code of its own (a row security policy, a view in its place); make it a table of fencegate_owner's or a superuser's: ALTER TABLE %s OWNER TO fencegate_owner", qualified, tableOwner, qualified)
+		// fencegate's login: what reading it runs must be no one else's.
+		return fmt.Errorf("pgterm: term table %s %s: fencegate's check could run code another role chose; create it as fencegate_owner or a superuser, (name text PRIMARY KEY, term bigint NOT NULL) with nothing of another role's attached, and grant the workers SELECT, INSERT, UPDATE (never hand over a table a worker made)", qualified, *problem)
 	case !sel || !upd:
 		return fmt.Errorf("pgterm: fencegate_owner may not read and lock the rows of %s: GRANT SELECT, UPDATE (term) ON %s TO fencegate_owner", qualified, qualified)
 	case !login:

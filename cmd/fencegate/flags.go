@@ -196,7 +196,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 		return nil
 	})
 	maxConns := int(c.Postgres.MaxConns)
-	fs.Func("postgres-max-conns", fmt.Sprintf("most PostgreSQL connections in the pool (default %d)", maxConns), func(s string) error {
+	fs.Func("postgres-max-conns", fmt.Sprintf("most PostgreSQL connections in the pool (default 4 per CPU: %d here)", maxConns), func(s string) error {
 		var n int32
 		if _, err := fmt.Sscan(s, &n); err != nil || n < 1 {
 			return errors.New("want a positive integer")

@@ -260,11 +260,16 @@ func oneLine(err error) error {
 
 // Close closes the connections. Calls in progress fail.
 func (b *Backend) Close() error {
-	if b.stop != nil {
-		b.stop()
-		<-b.done
+	if b.stop == nil {
+		return b.client.Close()
 	}
-	return b.client.Close()
+	// The connections first: a read of the eviction watch waiting on a
+	// server that does not answer fails at once, where the end of its
+	// context alone would not cut it short.
+	b.stop()
+	err := b.client.Close()
+	<-b.done
+	return err
 }
 
 // Stats returns counts of the batches of writes since Open: each batch is

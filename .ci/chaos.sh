@@ -32,11 +32,18 @@ for b in ${CHAOS_BACKENDS:-postgres redis postgres:pgwire redis:resp}; do
 	if ! bin/fencechaos "${run[@]}" --mode=control --duration="$control" --seed="$seed" --print-violations=0 "$@" | tee "$logs/control"; then
 		# A control run shows the campaign can catch a violation; a short
 		# one may end without any when its timing gave no reckless zombie a
-		# newer leader's write to land after. Another seed gets one more
-		# chance; a second miss fails.
-		[[ $(field violations "$(grep '^fencechaos backend=' "$logs/control" | tail -n1)") == 0 ]] || exit 1
-		echo "chaos: the control run of seed $seed found no violation; once more with seed $((seed + 1))"
-		bin/fencechaos "${run[@]}" --mode=control --duration="$control" --seed="$((seed + 1))" --print-violations=0 "$@" | tee "$logs/control"
+		# newer leader's write to land after (seen twice in a row on an
+		# idle machine, 2026-11-29: 3106 and 3825 zombie writes stored,
+		# every one before the next leader's first). Two more seeds get a
+		# chance each; a third miss fails.
+		for next in $((seed + 1)) $((seed + 2)); do
+			[[ $(field violations "$(grep '^fencechaos backend=' "$logs/control" | tail -n1)") == 0 ]] || exit 1
+			echo "chaos: the control run found no violation; once more with seed $next"
+			if bin/fencechaos "${run[@]}" --mode=control --duration="$control" --seed="$next" --print-violations=0 "$@" | tee "$logs/control"; then
+				break
+			fi
+			[[ $next == $((seed + 2)) ]] && exit 1
+		done
 	fi
 	f=$(grep '^fencechaos backend=' "$logs/fenced" | tail -n1)
 	c=$(grep '^fencechaos backend=' "$logs/control" | tail -n1)

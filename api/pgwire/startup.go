@@ -270,14 +270,9 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 	// one (Gateway.RefusedLogin), with the principal of a client
 	// certificate if there is one: the database login was never tried.
 	refused := func(code string, r tokens.Reason, format string, args ...any) (*session, error) {
-		f := refuseStart(code, r, format, args...)
-		principal := ""
-		if tlsState != nil && len(tlsState.VerifiedChains) > 0 && len(tlsState.VerifiedChains[0]) > 0 {
-			principal = auth.PrincipalOf(tlsState.VerifiedChains[0][0])
-		}
-		ctx := proxy.WithProtocol(policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()}), proxy.ProtocolPgwire)
-		s.gw.RefusedLogin(ctx, policy.ActionSQLWrite, fence, token, tokens.Refuse(r, fence, 0, format, args...))
-		return fail(f)
+		rr := tokens.Refuse(r, fence, 0, format, args...)
+		s.gw.RefusedLogin(callerContext(certPrincipal(tlsState), raw), policy.ActionSQLWrite, fence, token, rr)
+		return fail(&fatal{code: code, msg: rr.Error()})
 	}
 	if !proxy.ValidFenceName(fence, s.cfg.MaxFenceName) {
 		if fence == "" {
@@ -313,16 +308,28 @@ func (s *Server) login(raw, client net.Conn, tlsState *tls.ConnectionState, sm *
 	if err := sess.relayAuth(); err != nil {
 		return sess, err
 	}
-	principal := "postgres:" + user
+	principal := cmp.Or(certPrincipal(tlsState), "postgres:"+user)
 	if tlsState != nil && len(tlsState.VerifiedChains) > 0 && len(tlsState.VerifiedChains[0]) > 0 {
-		if p := auth.PrincipalOf(tlsState.VerifiedChains[0][0]); p != "" {
-			principal = p
-		}
 		sess.certUntil = auth.ChainNotAfter(tlsState.VerifiedChains)
 		sess.chains = tlsState.VerifiedChains
 	}
-	sess.ctx = proxy.WithProtocol(policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()}), proxy.ProtocolPgwire)
+	sess.ctx = callerContext(principal, raw)
 	return sess, nil
+}
+
+// certPrincipal is the principal of the connection's verified client
+// certificate, "" without one.
+func certPrincipal(st *tls.ConnectionState) string {
+	if st == nil || len(st.VerifiedChains) == 0 || len(st.VerifiedChains[0]) == 0 {
+		return ""
+	}
+	return auth.PrincipalOf(st.VerifiedChains[0][0])
+}
+
+// callerContext is the context of a listener session's writes: its
+// caller, principal at the peer of raw, over pgwire.
+func callerContext(principal string, raw net.Conn) context.Context {
+	return proxy.WithProtocol(policy.NewContext(context.Background(), &policy.Caller{Principal: principal, Peer: raw.RemoteAddr()}), proxy.ProtocolPgwire)
 }
 
 // maxNameLen is the longest name PostgreSQL keeps (NAMEDATALEN - 1).

@@ -2,6 +2,7 @@ package pgwire
 
 import (
 	"encoding/binary"
+	"strconv"
 	"testing"
 )
 
@@ -98,4 +99,52 @@ func commandComplete(tag string) []byte {
 		panic("not a CommandComplete")
 	}
 	return b[5:]
+}
+
+// TestCountRowsSavepointsBounded: a transaction that sets savepoints
+// without end (each one a SAVEPOINT statement of its own, as a driver
+// sends them) holds the latest maxSaves of them and no more, and a
+// ROLLBACK TO or RELEASE of one let go still counts no more rows than
+// were written.
+func TestCountRowsSavepointsBounded(t *testing.T) {
+	const n = 100_000
+	ins, sp, rb, rel := commandComplete("INSERT 0 1"), commandComplete("SAVEPOINT"), commandComplete("ROLLBACK"), commandComplete("RELEASE")
+	c := &session{}
+	one := func(op rowsOp, tag []byte) {
+		c.countRows(&reply{msg: 'E', vd: &verdict{rows: []rowsOp{op}}}, tag)
+	}
+	name := func(i int) string { return "s" + strconv.Itoa(i) }
+	for i := range n {
+		one(rowsOp{kind: opSavepoint, name: name(i)}, sp)
+		c.countRows(&reply{msg: 'E', vd: &verdict{}}, ins)
+	}
+	if c.rows != n {
+		t.Fatalf("got %d rows, want %d", c.rows, n)
+	}
+	if len(c.saves) > maxSaves || cap(c.saves) > 2*maxSaves {
+		t.Fatalf("after %d savepoints %d are held (room for %d), want at most %d", n, len(c.saves), cap(c.saves), maxSaves)
+	}
+
+	// One kept: exact.
+	one(rowsOp{kind: opRollbackTo, name: name(n - 10)}, rb)
+	if c.rows != n-10 {
+		t.Fatalf("ROLLBACK TO a kept savepoint: %d rows, want %d", c.rows, n-10)
+	}
+	// One let go: 5 rows stay written since it, and the count may be
+	// short of them but never over.
+	one(rowsOp{kind: opRollbackTo, name: name(5)}, rb)
+	if c.rows > 5 {
+		t.Fatalf("ROLLBACK TO a savepoint let go: %d rows, want at most the 5 written before it", c.rows)
+	}
+	// RELEASE of one let go takes every kept one with it: ROLLBACK TO a
+	// later one finds none and changes nothing.
+	one(rowsOp{kind: opSavepoint, name: "late"}, sp)
+	one(rowsOp{kind: opRelease, name: name(7)}, rel)
+	if len(c.saves) != 0 {
+		t.Fatalf("RELEASE of a savepoint let go left %d kept after it", len(c.saves))
+	}
+	c.resetSaves()
+	if c.savesLost || len(c.saves) != 0 {
+		t.Fatal("a new transaction starts with savepoints of the last")
+	}
 }

@@ -193,9 +193,15 @@ type session struct {
 	open atomic.Pointer[proxy.Admission]
 	// rows are the rows the open transaction's statements changed, as
 	// their tags say (countRows); saves, the savepoints it holds, each
-	// with the rows before it, in order.
-	rows  int64
-	saves []savepoint
+	// with the rows before it, in order: the latest maxSaves of them.
+	// Past that the oldest half is let go (savesLost) and savesFloor
+	// keeps the rows before the oldest let go, the fewest (rows only grow
+	// up the stack), so that a ROLLBACK TO one of them still counts no
+	// more than was written.
+	rows       int64
+	saves      []savepoint
+	savesLost  bool
+	savesFloor int64
 	// What the server said of the open transaction since its check
 	// passed, for the outcome Done is told (outcome): the last tag that
 	// ends a transaction (endCommit, endOther; ROLLBACK TO SAVEPOINT's is
@@ -1020,8 +1026,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		// The transaction's statements so far: those that set it up
 		// before its check (pendingCheck).
 		c.rows = 0
-		clear(c.saves)
-		c.saves = c.saves[:0]
+		c.resetSaves()
 		c.lastEnd, c.failure = 0, nil
 		c.digest.Reset()
 		for _, text := range c.setupTexts {
@@ -1294,12 +1299,24 @@ func (c *session) countRows(g *reply, body []byte) {
 		if op.kind != opSavepoint {
 			return
 		}
+		if len(c.saves) == maxSaves {
+			if !c.savesLost {
+				c.savesLost, c.savesFloor = true, c.saves[0].rows
+			}
+			n := copy(c.saves, c.saves[maxSaves/2:])
+			clear(c.saves[n:])
+			c.saves = c.saves[:n]
+		}
 		c.saves = append(c.saves, savepoint{name: op.name, rows: c.rows})
 	case "RELEASE":
 		if op.kind != opRelease {
 			return
 		}
-		if i := c.savepoint(op.name); i >= 0 {
+		i := c.savepoint(op.name)
+		if i < 0 && c.savesLost {
+			i = 0 // one let go: every one kept is after it
+		}
+		if i >= 0 {
 			clear(c.saves[i:])
 			c.saves = c.saves[:i]
 		}
@@ -1311,11 +1328,25 @@ func (c *session) countRows(g *reply, body []byte) {
 			c.rows = c.saves[i].rows
 			clear(c.saves[i+1:])
 			c.saves = c.saves[:i+1]
+		} else if c.savesLost {
+			c.rows = c.savesFloor
+			clear(c.saves)
+			c.saves = c.saves[:0]
 		}
 	default:
 		return
 	}
 	g.op++
+}
+
+// maxSaves is how many of a transaction's savepoints countRows keeps.
+const maxSaves = 1024
+
+// resetSaves forgets the savepoints of a transaction that ended.
+func (c *session) resetSaves() {
+	clear(c.saves)
+	c.saves = c.saves[:0]
+	c.savesLost, c.savesFloor = false, 0
 }
 
 // savepoint is a savepoint of the open transaction, and the rows its

@@ -8,6 +8,7 @@ import (
 	"strconv"
 
 	"github.com/fencegate/fencegate/cmd/internal/suggest"
+	"github.com/fencegate/fencegate/election"
 )
 
 const fencesSummary = `List the fences fencegate knows (GET /v1/fences): each one's high-water
@@ -74,6 +75,9 @@ func runFence(ctx context.Context, g *globalConfig, args []string, stdout, stder
 	if len(rest) != 1 {
 		return c.usageError(stderr, "want one fence name, got %d arguments", len(rest))
 	}
+	if err := checkFenceName(c, stderr, rest[0]); err != nil {
+		return err
+	}
 	gw, err := newGateway(g)
 	if err != nil {
 		return err
@@ -119,6 +123,16 @@ func unknownFence(ctx context.Context, gw *gateway, f fence, after string) error
 		f.Name, after, suggest.Hint(f.Name, names, "%q"))}
 }
 
+// checkFenceName is a usage error, before fencegate is asked, for a name
+// that no fencegate takes as a fence's (election.ValidFenceName; its
+// length is left to fencegate, whose limit is its own).
+func checkFenceName(c *command, stderr io.Writer, name string) error {
+	if election.ValidFenceName(name, len(name)) {
+		return nil
+	}
+	return c.usageError(stderr, "fence name %.64q: want letters, digits, '.', '_' and '-', starting with a letter or digit", name)
+}
+
 // notFoundError is unknownFence's answer for a fence fencegate does not
 // know.
 type notFoundError struct{ msg string }
@@ -134,6 +148,9 @@ func runFenceReset(ctx context.Context, g *globalConfig, args []string, stdout, 
 	}
 	if len(rest) != 1 {
 		return c.usageError(stderr, "want one fence name, got %d arguments", len(rest))
+	}
+	if err := checkFenceName(c, stderr, rest[0]); err != nil {
+		return err
 	}
 	if *to == "" {
 		return c.usageError(stderr, "--to is required: the real leader's current token (0 forgets the fence)")

@@ -35,6 +35,8 @@ func TestUsageErrors(t *testing.T) {
 		{"fence without subcommand", nil, []string{"fence"}, "fencectl fence: want 'fence get NAME' or 'fence reset NAME --to N'\nRun 'fencectl fence get --help' or 'fencectl fence reset --help' for usage.\n"},
 		{"fence, mistyped subcommand", nil, []string{"fence", "gte", "x"}, "fencectl fence: unknown subcommand \"gte\": want 'fence get NAME' or 'fence reset NAME --to N'; did you mean \"get\"?\nRun 'fencectl fence get --help' or 'fencectl fence reset --help' for usage.\n"},
 		{"fence get without a name", nil, []string{"fence", "get"}, "fencectl fence get: want one fence name, got 0 arguments\nRun 'fencectl fence get --help' for usage.\n"},
+		{"fence get, bad name", nil, []string{"fence", "get", "bad name!"}, "fencectl fence get: fence name \"bad name!\": want letters, digits, '.', '_' and '-', starting with a letter or digit\nRun 'fencectl fence get --help' for usage.\n"},
+		{"fence reset, bad name", nil, []string{"fence", "reset", "a/b", "--to=0"}, "fencectl fence reset: fence name \"a/b\": want letters, digits, '.', '_' and '-', starting with a letter or digit\nRun 'fencectl fence reset --help' for usage.\n"},
 		{"fence reset, bad --to", nil, []string{"fence", "reset", "x", "--to=-1"}, "fencectl fence reset: --to \"-1\": want a decimal integer from 0\nRun 'fencectl fence reset --help' for usage.\n"},
 		{"version with an argument", nil, []string{"version", "extra"}, "fencectl version: unexpected argument \"extra\"\nRun 'fencectl version --help' for usage.\n"},
 	}

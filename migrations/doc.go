@@ -75,6 +75,10 @@
 // From version 13 end_session terminates only a backend of this database
 // whose login is no member of fencegate_runtime, whatever was bound.
 //
+// From version 14 bind_session binds only a live backend of this database
+// logged in as the login it names, and refuses anything else with
+// SQLSTATE 22023.
+//
 // Apply refuses a schema fencegate that exists before it and belongs to,
 // or holds a table, function, type or trigger of, a role other than
 // fencegate_owner, the migrating role or a superuser: tern would update

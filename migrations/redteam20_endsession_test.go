@@ -34,7 +34,7 @@ import (
 // member of pg_read_all_stats).
 func TestRedTeam20EndSessionAnyBackend(t *testing.T) {
 	ctx := t.Context()
-	_, pool := runtimeConn(t) // fencegate's login of this deployment
+	admin, pool := runtimeConn(t) // fencegate's login of this deployment
 	// An unrelated application's session in another database.
 	other := connect(t, freshDB(t))
 	victim := fmt.Sprintf("rt20_app_%d", dbSeq.Add(1))
@@ -54,7 +54,13 @@ func TestRedTeam20EndSessionAnyBackend(t *testing.T) {
 	if err := pool.QueryRow(ctx, "SELECT usename FROM pg_stat_activity WHERE pid = $1", pid).Scan(&login); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, "SELECT fencegate.bind_session($1, $2, 'any', NULL, NULL)", pid, login); err != nil {
+	// From migration 014 bind_session refuses it
+	// (TestBindSessionOnlyLiveListenerLogins); a binding written before
+	// that, here by the superuser, must still end nothing.
+	if _, err := pool.Exec(ctx, "SELECT fencegate.bind_session($1, $2, 'any', NULL, NULL)", pid, login); err == nil {
+		t.Error("bind_session bound a backend of another database")
+	}
+	if _, err := admin.Exec(ctx, "INSERT INTO fencegate.sessions (pid, login, fence) VALUES ($1, $2, 'any') ON CONFLICT DO NOTHING", pid, login); err != nil {
 		t.Fatal(err)
 	}
 	var ended bool

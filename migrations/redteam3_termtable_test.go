@@ -100,8 +100,19 @@ func TestRedTeam3ClientCannotUnbindOthers(t *testing.T) {
 	}
 	defer client.Close(context.WithoutCancel(ctx))
 	// A victim session, bound by fencegate's pool.
-	victimPID := int32(admin.PgConn().PID())
-	if _, err := pool.Exec(ctx, "SELECT fencegate.bind_session($1, 'victim_login', 'v', NULL, NULL)", victimPID); err != nil {
+	victimLogin := login + "_victim"
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+victimLogin+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	vcfg := pool.Config().Copy()
+	vcfg.User = victimLogin
+	victim, err := pgx.ConnectConfig(ctx, vcfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer victim.Close(context.WithoutCancel(ctx))
+	victimPID := int32(victim.PgConn().PID())
+	if _, err := pool.Exec(ctx, "SELECT fencegate.bind_session($1, $2, 'v', NULL, NULL)", victimPID, victimLogin); err != nil {
 		t.Fatal(err)
 	}
 	_, err = client.Exec(ctx, "SELECT fencegate.unbind_session($1)", victimPID)

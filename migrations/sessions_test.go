@@ -14,9 +14,10 @@ import (
 
 // TestSessionBinding: advance_session (migration 008) checks the fence
 // fencegate's pool bound the session to, and nothing else: a session that
-// is not bound, bound under another login, or asked for another fence is
-// refused with FG006; only fencegate_runtime may bind; a bind drops the
-// bindings of processes that have exited; unbind ends one.
+// is not bound, or asked for another fence, is refused with FG006; only
+// fencegate_runtime may bind, and (migration 014) only a live session of
+// this database under its own login; a bind drops the bindings of
+// processes that have exited; unbind ends one.
 func TestSessionBinding(t *testing.T) {
 	ctx := t.Context()
 	admin, pool := runtimeConn(t) // pool: fencegate's own login
@@ -52,22 +53,37 @@ func TestSessionBinding(t *testing.T) {
 	wantRefused("not bound", check("a", 5), "FG006", "not bound to a fence")
 	// The listener's login may not bind itself.
 	wantRefused("bind by the client", bind(client, pid, login, "b"), "42501", "permission denied for function bind_session")
-	// Bound under another login: the binding is not this session's.
-	if err := bind(pool, pid, "someone_else", "a"); err != nil {
-		t.Fatal(err)
-	}
+	// Bound under another login: refused, and nothing is bound.
+	wantRefused("bind under another login", bind(pool, pid, "someone_else", "a"), "22023", "not a session of this database logged in as someone_else")
 	wantRefused("bound under another login", check("a", 5), "FG006", "not bound to a fence")
 
-	// A binding of a process that has exited (pid 1 is never a backend's)
-	// goes at the next bind.
-	if err := bind(pool, 1, login, "gone"); err != nil {
+	// A binding of a process that has exited goes at the next bind.
+	gone, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
 		t.Fatal(err)
+	}
+	gonePID := int32(gone.PgConn().PID())
+	if err := bind(pool, uint32(gonePID), login, "gone"); err != nil {
+		t.Fatal(err)
+	}
+	gone.Close(ctx)
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM pg_stat_activity WHERE pid = $1", gonePID).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("a closed session's backend is still there")
+		}
 	}
 	if err := bind(pool, pid, login, "a"); err != nil {
 		t.Fatal(err)
 	}
 	var stale bool
-	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM fencegate.sessions WHERE pid = 1)").Scan(&stale); err != nil {
+	if err := admin.QueryRow(ctx, "SELECT EXISTS (SELECT FROM fencegate.sessions WHERE pid = $1)", gonePID).Scan(&stale); err != nil {
 		t.Fatal(err)
 	}
 	if stale {
@@ -151,8 +167,12 @@ func TestEndSession(t *testing.T) {
 	if ended, err := end(pool, other.PgConn().PID()); err != nil || ended {
 		t.Fatalf("a session never bound: ended %v, %v; want false", ended, err)
 	}
-	// Bound under another login: the binding goes, the session stays.
-	bind(other.PgConn().PID(), "someone_else")
+	// Bound under another login (bind_session refuses that from version
+	// 14; a binding of an earlier version, written here as the
+	// superuser): the binding goes, the session stays.
+	if _, err := admin.Exec(ctx, "INSERT INTO fencegate.sessions (pid, login, fence) VALUES ($1, 'someone_else', 'f')", int32(other.PgConn().PID())); err != nil {
+		t.Fatal(err)
+	}
 	if ended, err := end(pool, other.PgConn().PID()); err != nil || ended {
 		t.Fatalf("a session bound under another login: ended %v, %v; want false", ended, err)
 	}
@@ -182,5 +202,72 @@ func TestEndSession(t *testing.T) {
 	}
 	if bound {
 		t.Fatal("the binding outlived end_session")
+	}
+}
+
+// TestBindSessionOnlyLiveListenerLogins: bind_session (migration 014)
+// binds only a live backend of this database under the login it names:
+// fencegate's own login may not bind a process id that is no session, a
+// session under another login than its own, or another database's.
+func TestBindSessionOnlyLiveListenerLogins(t *testing.T) {
+	ctx := t.Context()
+	admin, pool := runtimeConn(t) // pool: fencegate's own login
+	login := fmt.Sprintf("listener_%d", dbSeq.Add(1))
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+login+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	as := func(dsn, user string) *pgx.Conn {
+		cfg, err := pgx.ParseConfig(dsn)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.User = user
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close(context.WithoutCancel(ctx)) })
+		return c
+	}
+	bind := func(pid uint32, login string) error {
+		_, err := pool.Exec(ctx, "SELECT fencegate.bind_session($1, $2, 'f', NULL, NULL)", int32(pid), login)
+		return err
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "22023" || !strings.Contains(pe.Message, "is not a session of this database logged in as") {
+			t.Errorf("%s: got %v, want SQLSTATE 22023", what, err)
+		}
+	}
+	count := func() int {
+		t.Helper()
+		var n int
+		if err := admin.QueryRow(ctx, "SELECT count(*) FROM fencegate.sessions").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+
+	here := pool.Config().ConnString()
+	direct := as(here, login)
+	// A session of the login in another database of the cluster.
+	elsewhere := as(freshDB(t), login)
+	refused("another database's backend", bind(elsewhere.PgConn().PID(), login))
+	// Under another login than its own.
+	refused("under another login", bind(direct.PgConn().PID(), "postgres"))
+	// A process that is no backend.
+	refused("no backend", bind(1, login))
+	if n := count(); n != 0 {
+		t.Fatalf("%d bindings written by refused binds", n)
+	}
+
+	// Its own live session of this database: bound, and its check passes.
+	if err := bind(direct.PgConn().PID(), login); err != nil {
+		t.Fatal(err)
+	}
+	var mark int64
+	if err := direct.QueryRow(ctx, "SELECT fencegate.advance_session('f', 3)").Scan(&mark); err != nil || mark != 3 {
+		t.Fatalf("the bound session's check: mark %d, %v", mark, err)
 	}
 }

@@ -97,6 +97,26 @@ func (b *Backend) runBatch(calls []*call) {
 	b.exec(ctx, conn.Conn(), calls)
 }
 
+// serverSaid is the message of a refusal for the server's error pgErr at
+// at: where it was reported, the server's message, its SQLSTATE and its
+// detail, once each ("statement 2: division by zero (SQLSTATE 22012)").
+func serverSaid(at int, pgErr *pgconn.PgError) string {
+	var where string
+	switch {
+	case at >= 0:
+		where = "statement " + strconv.Itoa(at) + ": "
+	case at == atAdvance:
+		where = "the fence check: "
+	case at == atCommit:
+		where = "commit: "
+	}
+	msg := where + pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+	if pgErr.Detail != "" {
+		msg += ": " + pgErr.Detail
+	}
+	return msg
+}
+
 // refusal turns the error of write c into its refusal. at is where it was
 // reported (a statement index, atAdvance or atCommit); sent says whether
 // any of the write may have reached the server.
@@ -157,13 +177,12 @@ func refusalOf(host, fence string, t tokens.Token, role string, at int, err erro
 			// The server answered with an error: the transaction rolled
 			// back, so the outcome is known.
 			r.Reason = tokens.ReasonBackendUnavailable
-			r.Msg = pgErr.Message
+			r.Msg = serverSaid(at, pgErr)
+			r.Err = nil // said once, in the message
 		default:
 			r.Reason = tokens.ReasonStatementFailed
-			r.Msg = pgErr.Message
-			if pgErr.Detail != "" {
-				r.Msg += " (" + pgErr.Detail + ")"
-			}
+			r.Msg = serverSaid(at, pgErr)
+			r.Err = nil
 		}
 		if at >= 0 {
 			r.Metadata["statement"] = strconv.Itoa(at)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -157,6 +158,13 @@ func TestExecAllOrNothing(t *testing.T) {
 				}
 				if r.Msg == "" || r.Fence != fence || r.Token != tok {
 					t.Errorf("refusal: got %+v, want message, fence and token set", r)
+				}
+				// The server's message once, where, and its SQLSTATE:
+				// "statement 2: division by zero (SQLSTATE 22012)".
+				msg := err.Error()
+				if !strings.HasPrefix(msg, "fencegate: STATEMENT_FAILED: statement 2: ") || !strings.Contains(msg, "(SQLSTATE "+tt.wantState+")") ||
+					strings.Count(msg, "SQLSTATE") != 1 || strings.Contains(msg, "ERROR: ") {
+					t.Errorf("message %q: want the server's message once, after \"statement 2: \", with its SQLSTATE", msg)
 				}
 			}
 			if got := count(t, db, table); got != 1 {

@@ -16,7 +16,11 @@
 // of its children is read again and published, never older over newer
 // (reads are numbered in the order they are sent, and each new connection
 // is synced first); Verify syncs the server it asks with the ZooKeeper
-// leader before reading, so its answer includes every committed change.
+// leader before reading, so its answer includes every committed change;
+// memory counts as fresh (election.Freshness) only while Run's heartbeat,
+// a stat of the root every second, was answered within 3 s, so a link gone
+// silent is noticed in about 3 s, not at go-zookeeper's read deadline (two
+// thirds of the session timeout).
 // What it does not do: tell a term that ended before it was ever seen from
 // a forged one (both refused, the first as UNKNOWN_TERM rather than
 // TERM_ENDED), or follow elections past Config.MaxElections (those are

@@ -36,6 +36,16 @@ const (
 	maxBackoff = 5 * time.Second
 )
 
+// A silent link (packets dropped, nothing reset) is seen by go-zookeeper
+// only when its read deadline passes, two thirds of the session timeout
+// after the last packet. Run asks ZooKeeper for a stat of the root every
+// heartbeatInterval, and memory counts as fresh only while ZooKeeper
+// answered within freshWindow: as the etcd watcher's progress check.
+const (
+	heartbeatInterval = time.Second
+	freshWindow       = 3 * time.Second
+)
+
 // seqDigits is how many digits ZooKeeper appends to a sequential node.
 const seqDigits = 10
 
@@ -83,6 +93,9 @@ type Source struct {
 	// memory until then.
 	sessions atomic.Uint64
 	readAt   map[string]uint64 // guarded by mu
+	// heard is when ZooKeeper last answered (a session established, a
+	// read, Run's heartbeat), in Unix nanoseconds.
+	heard atomic.Int64
 	// reads numbers reads in the order their first request is sent, for
 	// reads of one election: readMu (by the election's hash) holds the
 	// numbering and the request together. pubSeq holds, for each
@@ -144,6 +157,7 @@ func New(cfg Config) (*Source, error) {
 			if ev.Type == zk.EventSession {
 				log.Debug("zookeeper session", "state", ev.State.String(), "server", ev.Server)
 				if ev.State == zk.StateHasSession {
+					s.heard.Store(time.Now().UnixNano())
 					s.sessions.Add(1)
 					s.kick()
 				}
@@ -171,13 +185,14 @@ func (s *Source) rereadCh() <-chan struct{} {
 }
 
 // Fresh reports whether the term of election name in memory is current
-// as far as the source knows: the session is established and the
-// election was read since the connection was. Cut off from ZooKeeper,
-// memory may hold a term that ended meanwhile, and would let its zombie
-// through for as long as the cut lasts; the gateway reads such a fence
-// before each write instead (election.Freshness).
+// as far as the source knows: the session is established, ZooKeeper
+// answered within freshWindow, and the election was read since the
+// connection was. Cut off from ZooKeeper, memory may hold a term that
+// ended meanwhile, and would let its zombie through for as long as the
+// cut lasts; the gateway reads such a fence before each write instead
+// (election.Freshness).
 func (s *Source) Fresh(name string) bool {
-	if !s.Connected() {
+	if !s.Connected() || time.Since(time.Unix(0, s.heard.Load())) > freshWindow {
 		return false
 	}
 	n := s.sessions.Load()
@@ -230,6 +245,8 @@ func (s *Source) Terms() []election.Term {
 func (s *Source) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	wg.Add(1)
+	go func() { defer wg.Done(); s.heartbeat(ctx) }()
 	for {
 		select {
 		case <-ctx.Done():
@@ -240,6 +257,28 @@ func (s *Source) Run(ctx context.Context) error {
 		case name := <-s.wantCh:
 			wg.Add(1)
 			go func() { defer wg.Done(); s.watch(ctx, name) }()
+		}
+	}
+}
+
+// heartbeat asks ZooKeeper for the stat of the root every
+// heartbeatInterval until ctx is done, and records each answer (heard).
+// A request on a silent link waits for go-zookeeper's read deadline: no
+// answer, and none asked meanwhile.
+func (s *Source) heartbeat(ctx context.Context) {
+	tick := time.NewTicker(heartbeatInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		if !s.Connected() {
+			continue
+		}
+		if _, _, err := s.conn.Exists(s.root); err == nil {
+			s.heard.Store(time.Now().UnixNano())
 		}
 	}
 }
@@ -339,6 +378,7 @@ func (s *Source) syncRead(path string, watch bool, synced uint64) (state, <-chan
 		if err != nil {
 			return state{}, nil, 0, err
 		}
+		s.heard.Store(time.Now().UnixNano())
 		if s.sessions.Load() == n {
 			return st, ch, n, nil
 		}

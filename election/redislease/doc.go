@@ -36,5 +36,10 @@
 //     script of the Redis backend checks it atomically when the lease and
 //     the data share a Redis.
 //   - Durability is Redis's: a counter lost in a crash (no AOF with
-//     appendfsync always) can hand out a token again.
+//     appendfsync always) can hand out a token again. Once a read shows
+//     the counter below (or without) what memory held, every token up to
+//     the highest handed out before is no leader's (TERM_ENDED), whoever
+//     holds the lease, until fencegate restarts: leaders campaign past
+//     it. A loss fencegate did not see (it restarted meanwhile, or polls
+//     no longer) is not caught.
 package redislease

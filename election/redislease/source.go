@@ -83,6 +83,11 @@ type Source struct {
 	terms map[string]election.Term // fences polled, guarded by mu
 	keys  map[string]Keys          // of the fences polled, guarded by mu
 	seen  map[string]uint64        // of the fences polled, guarded by mu
+	// floors are, for fences whose counter was seen going back (the
+	// lease's Redis lost its keys), the highest token handed out before:
+	// INCR hands those out again, so no holder of one is a leader
+	// (record). Guarded by mu.
+	floors map[string]int64
 }
 
 // New returns a Source reading leases through client, which it does not
@@ -125,6 +130,7 @@ func New(client goredis.UniversalClient, cfg Config) (*Source, error) {
 		client: client, keyPat: cfg.KeyPattern, counterPat: cfg.CounterPattern,
 		interval: cfg.PollInterval, maxFences: cfg.MaxFences, log: cfg.Logger,
 		terms: map[string]election.Term{}, keys: map[string]Keys{}, seen: map[string]uint64{},
+		floors: map[string]int64{},
 	}, nil
 }
 
@@ -202,7 +208,7 @@ func (s *Source) fold(name string, k Keys, res any, seq uint64) (election.Term, 
 		_, polled := s.terms[name]
 		s.mu.RUnlock()
 		if polled {
-			s.record(t, seq)
+			t = s.record(t, seq)
 		}
 		return t, nil
 	}
@@ -215,27 +221,41 @@ func (s *Source) fold(name string, k Keys, res any, seq uint64) (election.Term, 
 	if holder, ok := pair[0].(string); ok {
 		t.Rev, t.Leader = n, holder
 	}
-	s.record(t, seq)
-	return t, nil
+	return s.record(t, seq), nil
 }
 
 // record stores t, read by the read numbered seq, as name's term unless
 // memory holds what a read started later found (reads may finish out of
-// order). It orders reads by their start, not by the counter: a counter
-// lower than memory's is the lease Redis starting again, which a read
-// started later always sees.
-func (s *Source) record(t election.Term, seq uint64) {
+// order), and returns t as the source answers it. It orders reads by
+// their start, not by the counter: a counter lower than memory's (or
+// gone) is the lease Redis starting again, which a read started later
+// always sees. INCR then hands out the tokens of before a second time, so
+// from then on a token up to the highest one handed out before is no
+// leader's, whoever holds the lease (its holder's writes are TERM_ENDED):
+// as the etcd watcher treats a restored etcd. Leaders campaign past it.
+func (s *Source) record(t election.Term, seq uint64) election.Term {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.terms[t.Election]
+	floor := s.floors[t.Election]
+	if ok && t.Last < old.Last && s.seen[t.Election] < seq {
+		floor = max(floor, old.Last)
+		s.floors[t.Election] = floor
+		s.log.Warn("redis-lease counter went back (its Redis lost the keys: a restart without persistence, FLUSHALL, eviction): "+
+			"the tokens up to the highest handed out before are handed out again and are refused TERM_ENDED; leaders holding one must campaign again",
+			"election", t.Election, "counter", t.Last, "was", old.Last, "refused_up_to", floor, "source", election.SourceRedisLease)
+	}
+	if t.Rev != 0 && t.Rev <= floor {
+		t.Rev, t.Leader = 0, ""
+	}
 	if !ok {
 		if len(s.terms) >= s.maxFences {
-			return
+			return t
 		}
 		s.keys[t.Election] = Keys{Lease: fmt.Sprintf(s.keyPat, t.Election), Counter: fmt.Sprintf(s.counterPat, t.Election)}
 	}
 	if ok && s.seen[t.Election] > seq {
-		return
+		return t
 	}
 	if old.Rev != t.Rev || old.Leader != t.Leader {
 		t.Changes = old.Changes + 1
@@ -246,6 +266,7 @@ func (s *Source) record(t election.Term, seq uint64) {
 	}
 	s.terms[t.Election] = t
 	s.seen[t.Election] = seq
+	return t
 }
 
 // Run polls the known fences every PollInterval until ctx ends, and

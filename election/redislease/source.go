@@ -83,11 +83,27 @@ type Source struct {
 	terms map[string]election.Term // fences polled, guarded by mu
 	keys  map[string]Keys          // of the fences polled, guarded by mu
 	seen  map[string]uint64        // of the fences polled, guarded by mu
-	// floors are, for fences whose counter was seen going back (the
-	// lease's Redis lost its keys), the highest token handed out before:
-	// INCR hands those out again, so no holder of one is a leader
-	// (record). Guarded by mu.
-	floors map[string]int64
+	// highs are the highest counter each fence polled was read at;
+	// floors, for fences whose counter was seen going back (the lease's
+	// Redis lost its keys), the highest token handed out before: INCR
+	// hands those out again, so no holder of one is a leader (record).
+	// Guarded by mu.
+	highs, floors map[string]int64
+}
+
+// read is one read of a fence's keys: its number, and the highest counter
+// of the reads that had finished as it started (Source.highs).
+type read struct {
+	seq  uint64
+	high int64
+}
+
+// startRead numbers a read of fence name about to be sent.
+func (s *Source) startRead(name string) read {
+	s.mu.RLock()
+	high := s.highs[name]
+	s.mu.RUnlock()
+	return read{seq: s.reads.Add(1), high: high}
 }
 
 // New returns a Source reading leases through client, which it does not
@@ -130,7 +146,7 @@ func New(client goredis.UniversalClient, cfg Config) (*Source, error) {
 		client: client, keyPat: cfg.KeyPattern, counterPat: cfg.CounterPattern,
 		interval: cfg.PollInterval, maxFences: cfg.MaxFences, log: cfg.Logger,
 		terms: map[string]election.Term{}, keys: map[string]Keys{}, seen: map[string]uint64{},
-		floors: map[string]int64{},
+		highs: map[string]int64{}, floors: map[string]int64{},
 	}, nil
 }
 
@@ -180,22 +196,22 @@ const readScript = `return {redis.call('GET', KEYS[1]), redis.call('GET', KEYS[2
 // token.
 func (s *Source) Verify(ctx context.Context, name string, token int64) (election.Term, bool, error) {
 	k := s.Keys(name)
-	seq := s.reads.Add(1)
+	r := s.startRead(name)
 	res, err := s.client.Eval(ctx, readScript, []string{k.Lease, k.Counter}).Result()
 	if err != nil {
 		return election.Term{Election: name}, false, fmt.Errorf("redislease: read the lease of %q: %w", name, err)
 	}
-	t, err := s.fold(name, k, res, seq)
+	t, err := s.fold(name, k, res, r)
 	if err != nil {
 		return election.Term{Election: name}, false, err
 	}
 	return t, t.Last > 0 && token <= t.Last, nil
 }
 
-// fold turns readScript's reply, to the read numbered seq, into the
+// fold turns readScript's reply, to read r, into the
 // fence's term, records it when a counter exists (or the fence is polled
 // already), and returns it.
-func (s *Source) fold(name string, k Keys, res any, seq uint64) (election.Term, error) {
+func (s *Source) fold(name string, k Keys, res any, r read) (election.Term, error) {
 	pair, ok := res.([]any)
 	if !ok || len(pair) != 2 {
 		return election.Term{}, fmt.Errorf("redislease: unexpected reply %.100v reading %s and %s", res, k.Lease, k.Counter)
@@ -208,7 +224,7 @@ func (s *Source) fold(name string, k Keys, res any, seq uint64) (election.Term, 
 		_, polled := s.terms[name]
 		s.mu.RUnlock()
 		if polled {
-			t = s.record(t, seq)
+			t = s.record(t, r)
 		}
 		return t, nil
 	}
@@ -221,29 +237,34 @@ func (s *Source) fold(name string, k Keys, res any, seq uint64) (election.Term, 
 	if holder, ok := pair[0].(string); ok {
 		t.Rev, t.Leader = n, holder
 	}
-	return s.record(t, seq), nil
+	return s.record(t, r), nil
 }
 
-// record stores t, read by the read numbered seq, as name's term unless
-// memory holds what a read started later found (reads may finish out of
-// order), and returns t as the source answers it. It orders reads by
-// their start, not by the counter: a counter lower than memory's (or
-// gone) is the lease Redis starting again, which a read started later
-// always sees. INCR then hands out the tokens of before a second time, so
-// from then on a token up to the highest one handed out before is no
-// leader's, whoever holds the lease (its holder's writes are TERM_ENDED):
-// as the etcd watcher treats a restored etcd. Leaders campaign past it.
-func (s *Source) record(t election.Term, seq uint64) election.Term {
+// record stores t, found by read r, as name's term unless memory holds
+// what a read started later found (reads may finish out of order), and
+// returns t as the source answers it. It orders reads by their start, not
+// by the counter: a counter lower than memory's (or gone) is the lease
+// Redis starting again, which a read started later sees.
+//
+// A counter below one a read that had finished before r started saw
+// (r.high) went back for certain: Redis ran r after that read. INCR then
+// hands out the tokens of before a second time, so from then on a token
+// up to the highest one handed out before is no leader's, whoever holds
+// the lease (its holder's writes are TERM_ENDED): as the etcd watcher
+// treats a restored etcd. Leaders campaign past it. (Two reads in flight
+// at once may run in either order, so memory's term alone proves
+// nothing.)
+func (s *Source) record(t election.Term, r read) election.Term {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old, ok := s.terms[t.Election]
 	floor := s.floors[t.Election]
-	if ok && t.Last < old.Last && s.seen[t.Election] < seq {
-		floor = max(floor, old.Last)
+	if t.Last < r.high {
+		floor = max(floor, r.high)
 		s.floors[t.Election] = floor
 		s.log.Warn("redis-lease counter went back (its Redis lost the keys: a restart without persistence, FLUSHALL, eviction): "+
 			"the tokens up to the highest handed out before are handed out again and are refused TERM_ENDED; leaders holding one must campaign again",
-			"election", t.Election, "counter", t.Last, "was", old.Last, "refused_up_to", floor, "source", election.SourceRedisLease)
+			"election", t.Election, "counter", t.Last, "was", r.high, "refused_up_to", floor, "source", election.SourceRedisLease)
 	}
 	if t.Rev != 0 && t.Rev <= floor {
 		t.Rev, t.Leader = 0, ""
@@ -254,7 +275,8 @@ func (s *Source) record(t election.Term, seq uint64) election.Term {
 		}
 		s.keys[t.Election] = Keys{Lease: fmt.Sprintf(s.keyPat, t.Election), Counter: fmt.Sprintf(s.counterPat, t.Election)}
 	}
-	if ok && s.seen[t.Election] > seq {
+	s.highs[t.Election] = max(s.highs[t.Election], t.Last)
+	if ok && s.seen[t.Election] > r.seq {
 		return t
 	}
 	if old.Rev != t.Rev || old.Leader != t.Leader {
@@ -265,7 +287,7 @@ func (s *Source) record(t election.Term, seq uint64) election.Term {
 		t.Changes = old.Changes
 	}
 	s.terms[t.Election] = t
-	s.seen[t.Election] = seq
+	s.seen[t.Election] = r.seq
 	return t
 }
 
@@ -291,6 +313,10 @@ func (s *Source) Run(ctx context.Context) error {
 func (s *Source) Poll(ctx context.Context) error {
 	s.mu.RLock()
 	names := slices.Collect(maps.Keys(s.terms))
+	highs := make([]int64, len(names))
+	for i, name := range names {
+		highs[i] = s.highs[name]
+	}
 	s.mu.RUnlock()
 	if len(names) == 0 {
 		return nil
@@ -314,7 +340,7 @@ func (s *Source) Poll(ctx context.Context) error {
 	for i, name := range names {
 		err := cmds[i].Err()
 		if err == nil {
-			_, err = s.fold(name, keys[i], cmds[i].Val(), seq)
+			_, err = s.fold(name, keys[i], cmds[i].Val(), read{seq: seq, high: highs[i]})
 		} else {
 			err = fmt.Errorf("redislease: poll %q: %w", name, err)
 		}

@@ -89,6 +89,11 @@ type Source struct {
 	mu     sync.RWMutex
 	terms  map[string]election.Term // by name; the zero Term until read
 	shared map[string]string        // by name: another election with its lock key, last logged
+	// floors are, for elections whose row was seen going back (deleted
+	// and counted again, restored, lowered), the highest term read
+	// before: those numbers are handed out again, so no holder of one
+	// is a leader (store).
+	floors map[string]int64
 }
 
 // Open connects to cfg.DSN and checks that the term table exists and that
@@ -133,7 +138,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	s := &Source{
 		pool: pool, lockKey: cfg.LockKey, poll: cfg.Poll, log: cfg.Logger,
-		terms: map[string]election.Term{}, shared: map[string]string{},
+		terms: map[string]election.Term{}, shared: map[string]string{}, floors: map[string]int64{},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -252,6 +257,9 @@ func (s *Source) Verify(ctx context.Context, name string, token int64) (election
 	var term int64
 	var held bool
 	var other *string
+	s.mu.RLock()
+	high := s.terms[name].Last
+	s.mu.RUnlock()
 	err := s.pool.QueryRow(ctx, s.verifySQL, name).Scan(&term, &held, &other)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return election.Term{Election: name}, false, nil
@@ -259,19 +267,40 @@ func (s *Source) Verify(ctx context.Context, name string, token int64) (election
 	if err != nil {
 		return election.Term{Election: name}, false, fmt.Errorf("pgterm: read term of %q: %w", name, err)
 	}
-	t := s.store(name, term, held, other)
+	t := s.store(name, term, held, other, high)
 	return t, token <= term, nil
 }
 
 // store records a read of name and returns its term. other is another
 // election whose name derives name's lock key, nil if none: then the lock
-// shows no leader of name's.
-func (s *Source) store(name string, term int64, held bool, other *string) election.Term {
+// shows no leader of name's. high is the highest term of the reads that
+// had finished as this one started (memory's Last).
+//
+// A term below high went back for certain (this read's snapshot is later
+// than that read's): the row was deleted and counted again, restored or
+// lowered, and its numbers are handed out again. From then on a term up
+// to high is no leader's, whoever holds the lock (its holder's writes are
+// TERM_ENDED), as the etcd watcher treats a restored etcd; leaders
+// campaign past it. Two reads in flight at once may see states in either
+// order, so memory's term alone proves nothing.
+func (s *Source) store(name string, term int64, held bool, other *string, high int64) election.Term {
 	t := election.Term{Election: name, Last: term}
 	if held && other == nil {
 		t.Rev = term
 	}
 	s.mu.Lock()
+	floor := s.floors[name]
+	if term < high {
+		floor = max(floor, high)
+		if _, ok := s.terms[name]; ok {
+			s.floors[name] = floor
+		}
+		s.log.Warn("postgres-term: an election's term went back (its row was deleted, restored or lowered): the terms up to the highest read before are handed out again and are refused TERM_ENDED; leaders holding one must campaign again",
+			"election", name, "term", term, "was", high, "refused_up_to", floor, "table", s.table)
+	}
+	if t.Rev != 0 && t.Rev <= floor {
+		t.Rev = 0
+	}
 	old, ok := s.terms[name]
 	if ok || len(s.terms) < maxNames {
 		t.Last = max(t.Last, old.Last)
@@ -329,6 +358,10 @@ func (s *Source) Run(ctx context.Context) error {
 func (s *Source) Refresh(ctx context.Context) error {
 	s.mu.RLock()
 	names := slices.Collect(maps.Keys(s.terms))
+	highs := make(map[string]int64, len(names))
+	for _, name := range names {
+		highs[name] = s.terms[name].Last
+	}
 	s.mu.RUnlock()
 	if len(names) == 0 {
 		return nil
@@ -344,7 +377,7 @@ func (s *Source) Refresh(ctx context.Context) error {
 	var held bool
 	var other *string
 	_, err = pgx.ForEachRow(rows, []any{&name, &term, &held, &other}, func() error {
-		s.store(name, term, held, other)
+		s.store(name, term, held, other, highs[name])
 		return nil
 	})
 	if err != nil {

@@ -323,11 +323,26 @@ func (c *session) serverHolds(name []byte) bool {
 	return vd != nil && !vd.local()
 }
 
-// statement is what the client's statement name refers to now: this
-// segment's latest Parse or Close of it, else what the server confirmed.
-// nil is a statement fencegate did not see made: SQL PREPARE's, which
-// holds a query (SELECT, INSERT, UPDATE, DELETE, MERGE or VALUES).
+// nameKey is the name of a prepared statement or portal as PostgreSQL
+// tells them apart: its first maxNameLen bytes, cut byte-wise (its hash
+// tables are keyed by NAMEDATALEN bytes, copied with strlcpy), so that
+// two names that differ only past them are one. Every name a client's
+// message gives is keyed so before fencegate stores, looks up or compares
+// it. A short name is returned as it is, not copied.
+func nameKey(name []byte) []byte {
+	if len(name) > maxNameLen {
+		return name[:maxNameLen]
+	}
+	return name
+}
+
+// lookup is what the client's statement (what 'P') or portal ('B') name
+// refers to now: this segment's latest Parse or Bind, or Close
+// (closeWhat), of it, else what the server confirmed. nil is a statement
+// fencegate did not see made: SQL PREPARE's, which holds a query (SELECT,
+// INSERT, UPDATE, DELETE, MERGE or VALUES).
 func (c *session) lookup(what, closeWhat byte, name []byte) *verdict {
+	name = nameKey(name)
 	latest, done := c.segStmts, c.stmts
 	if what == 'B' {
 		latest, done = c.segPortals, c.portals
@@ -579,6 +594,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		if !ok1 || !ok2 {
 			return errors.New("pgwire: bad Parse message")
 		}
+		name = nameKey(name)
 		vd = c.s.stmts.get(query)
 		switch {
 		case vd.refuse != "":
@@ -613,6 +629,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		if !ok1 || !ok2 {
 			return errors.New("pgwire: bad Bind message")
 		}
+		portal, stmt = nameKey(portal), nameKey(stmt)
 		vd = c.lookup('P', 's', stmt)
 		if vd != nil && vd.local() {
 			if c.aborted(vd) {
@@ -638,6 +655,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		if !ok {
 			return errors.New("pgwire: bad Describe message")
 		}
+		stmt = nameKey(stmt)
 		vd = c.lookup('P', 's', stmt)
 		if vd != nil && vd.local() {
 			if c.aborted(vd) {
@@ -666,6 +684,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			return errors.New("pgwire: bad Close message")
 		}
 		name, _, _ := cstring(body[1:])
+		name = nameKey(name)
 		what := byte('s')
 		if body[0] == 'P' {
 			what = 'p'
@@ -778,6 +797,7 @@ func (c *session) localSegment(t byte, body []byte) error {
 		if !ok1 || !ok2 {
 			return errors.New("pgwire: bad Bind message")
 		}
+		stmt = nameKey(stmt)
 		// No parameters (the statement takes none), then the result
 		// formats: binary if the only one is.
 		rf, ok3 := noParams(rest)
@@ -795,6 +815,7 @@ func (c *session) localSegment(t byte, body []byte) error {
 		if !ok {
 			return errors.New("pgwire: bad Describe message")
 		}
+		name = nameKey(name)
 		if body[0] == 'S' && string(name) != c.localName || body[0] == 'P' && (len(name) != 0 || !c.localBound) {
 			return c.endLocalSegment(c.refusalOf(why))
 		}

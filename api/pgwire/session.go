@@ -79,8 +79,8 @@ type reply struct {
 // or removes; it holds once the server confirms it (S2C sets ok), and is
 // applied to the session's maps at the next segment's start.
 type change struct {
-	what byte // 'P' Parse, 'B' Bind, 's' Close statement, 'p' Close portal
-	name string
+	what byte   // 'P' Parse, 'B' Bind, 's' Close statement, 'p' Close portal
+	name string // nameKey's
 	vd   *verdict
 	ok   bool
 }
@@ -180,8 +180,10 @@ type session struct {
 	localBinary bool
 	copies      bool // a COPY FROM STDIN was sent: copyGate looks at what follows
 	local       []byte
-	stmts       map[string]*verdict
-	portals     map[string]*verdict
+	// stmts and portals, segStmts and segPortals, and localName hold
+	// names as PostgreSQL tells them apart (nameKey).
+	stmts   map[string]*verdict
+	portals map[string]*verdict
 	// The latest of this segment's changes to each statement and portal
 	// name: indexes into changes.
 	segStmts, segPortals map[string]int32

@@ -17,7 +17,11 @@
 //
 // The source keeps what it last read in memory (Term, for every write's
 // fast path) and refreshes it every Config.Poll for the fences it was asked
-// about; Verify reads the row and pg_locks afresh. The backend's own check
+// about; Verify reads the row and pg_locks afresh. A row seen going back
+// (deleted and counted again, restored, lowered) hands its numbers out a
+// second time: from then on, until fencegate restarts, a term up to the
+// highest read before is no leader's (TERM_ENDED), and leaders campaign
+// past it. The backend's own check
 // (fencegate.advance_term, migrations 005, 010, 011 and 012) is final: it
 // runs in the fenced write's transaction.
 //

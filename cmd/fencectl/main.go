@@ -11,10 +11,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/fencegate/fencegate/cmd/internal/suggest"
 )
@@ -52,7 +50,13 @@ func usage() string {
 }
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	ctx, stop := context.WithCancel(context.Background())
+	sigs := make(chan os.Signal, 1)
+	notify(sigs, stopSignals...)
+	go func() {
+		<-sigs
+		stop()
+	}()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	if code := exitStatus(err, os.Stderr); code != 0 {

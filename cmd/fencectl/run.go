@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"errors"
@@ -33,10 +34,12 @@ client), and once leader run CMD with these in its environment:
                        PGOPTIONS already set, for fencegate's PostgreSQL listener
 
 FENCECTL_TOKEN and FENCECTL_ETCD_PASSWORD are not passed on. CMD runs in a
-process group of its own (so it cannot read the terminal); SIGINT, SIGTERM
-and SIGHUP sent to fencectl once leader are forwarded to that group, and so
-are SIGTSTP (Ctrl-Z) and SIGCONT: CMD stops, fencectl does not, and keeps
-the leadership (kill -CONT <fencectl's pid> resumes CMD).
+process group of its own (so it cannot read the terminal); SIGINT, SIGTERM,
+SIGQUIT, SIGABRT and SIGHUP sent to fencectl once leader are forwarded to
+that group, and so are SIGTSTP (Ctrl-Z) and SIGCONT: CMD stops, fencectl
+does not, and keeps the leadership (kill -CONT <fencectl's pid> resumes
+CMD). A signal ignored when fencectl starts (SIGHUP under nohup) stays
+ignored, by fencectl and CMD.
 
 When the leadership ends (the key is deleted, etcd says the lease is gone,
 or no keep-alive has proven the lease alive for long enough that it might
@@ -52,7 +55,7 @@ fencegate, is what makes such a late writer harmless.
 
 When CMD exits, whatever it left is killed (in its process group or not:
 fencectl is a subreaper, so what a process below it leaves when it exits
-comes to fencectl; each is stopped first, until no new one appears, so a
+comes to fencectl, which reaps it when it exits; each is stopped first, until no new one appears, so a
 daemon that forks itself over and over is caught), the leadership is resigned (key deleted, lease
 revoked), and fencectl exits with CMD's status (128+n when a signal n ended
 it). If fencectl dies, the kernel sends CMD SIGKILL; what CMD started
@@ -154,9 +157,12 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 	}
 
 	// Our own channel, besides main's context: the signal is forwarded to
-	// CMD and decides the exit status of an interrupted campaign.
+	// CMD and decides the exit status of an interrupted campaign. SIGQUIT
+	// (Ctrl-\) and SIGABRT (systemd's watchdog) too: their default action
+	// would end fencectl on the spot, CMD's tree left running with the
+	// token.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	notify(sigs, stopSignals...)
 	defer signal.Stop(sigs)
 
 	cli, err := dialEtcd(ctx, g)
@@ -190,7 +196,7 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 	// fencectl stopped by SIGTSTP's default action would neither renew the
 	// lease nor stop CMD once it ended. fencectl stops CMD instead, and
 	// goes on.
-	signal.Notify(sigs, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGCONT)
+	notify(sigs, syscall.SIGHUP, syscall.SIGTSTP, syscall.SIGCONT)
 	// SIGPIPE is caught, not left to its default action: a write to a
 	// stderr whose reader is gone (a dead `| tee`) would end fencectl on
 	// the spot, before it stopped CMD's tree. Caught, not ignored: an
@@ -221,6 +227,10 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 	// tied to the thread that forks, and the Go runtime ends threads only
 	// when a goroutine locked to one exits, which none here does.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// fencectl reaps the orphans it adopts (reapOrphans), not only CMD.
+	chld := make(chan os.Signal, 1)
+	signal.Notify(chld, syscall.SIGCHLD)
+	defer signal.Stop(chld)
 	if err := cmd.Start(); err != nil {
 		resign()
 		code := 126
@@ -242,6 +252,11 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 	pgid := cmd.Process.Pid
 	waitc := make(chan error, 1)
 	go func() { waitc <- cmd.Wait() }()
+	// A fencectl in the background of a terminal with tostop, writing why
+	// it stops CMD, would be stopped itself by SIGTTOU (SIGTTIN: a read)
+	// before the SIGKILL it owes. Ignored from here, after CMD started:
+	// CMD does not inherit it.
+	signal.Ignore(syscall.SIGTTOU, syscall.SIGTTIN)
 
 	var (
 		lost     = lead.Done()
@@ -257,6 +272,8 @@ func runRun(ctx context.Context, g *globalConfig, args []string, stdout, stderr 
 			finished = true
 		case s := <-sigs:
 			_ = syscall.Kill(-pgid, s.(syscall.Signal))
+		case <-chld:
+			reapOrphans(pgid)
 		case <-lost:
 			lost = nil
 			now := time.Now()
@@ -450,6 +467,58 @@ func descendants(root int) []descendant {
 		queue = append(queue, children[queue[0].pid]...)
 	}
 	return out
+}
+
+// stopSignals end fencectl (main's context) and, forwarded, CMD.
+var stopSignals = []os.Signal{os.Interrupt, syscall.SIGTERM, syscall.SIGQUIT, syscall.SIGABRT}
+
+// notify is signal.Notify of those of sigs that were not ignored when
+// fencectl started: SIGHUP under nohup, SIGINT in a shell script's
+// background job. Those stay ignored in fencectl and in CMD, which
+// inherits them (Notify would undo that, and a hangup would end the
+// leadership nohup was to keep).
+func notify(c chan<- os.Signal, sigs ...os.Signal) {
+	var caught []os.Signal
+	for _, sig := range sigs {
+		if !signal.Ignored(sig) {
+			caught = append(caught, sig)
+		}
+	}
+	if len(caught) > 0 { // none would mean all
+		signal.Notify(c, caught...)
+	}
+}
+
+// reapOrphans reaps fencectl's children that have exited, CMD (cmdPid,
+// which cmd.Wait reaps) aside: fencectl is a subreaper, and what CMD's
+// tree leaves becomes its child. Unreaped, each would hold a process id
+// (and a slot of the pids cgroup) for as long as CMD runs.
+func reapOrphans(cmdPid int) {
+	self := os.Getpid()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == cmdPid {
+			continue
+		}
+		stat, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		i := bytes.LastIndexByte(stat, ')')
+		if i < 0 {
+			continue
+		}
+		f := bytes.Fields(stat[i+1:])
+		if len(f) < 2 || string(f[0]) != "Z" || string(f[1]) != strconv.Itoa(self) {
+			continue
+		}
+		var ws unix.WaitStatus
+		_, _ = unix.Wait4(pid, &ws, unix.WNOHANG, nil)
+	}
 }
 
 // interrupted turns err into 128+n when signal n interrupted what failed.

@@ -44,12 +44,14 @@ type commandSpec struct {
 type argCheck uint8
 
 const (
-	argsPlain      argCheck = iota
-	argsSetRange            // SETRANGE key offset value: offset+len(value) bytes
-	argsSetBit              // SETBIT key offset bit: offset/8+1 bytes
-	argsCopy                // COPY src dst [DB n] [REPLACE]: no DB
-	argsRandMember          // SRANDMEMBER key -count: count values, repeated
-	argsRandField           // HRANDFIELD key -count [WITHVALUES]: likewise
+	argsPlain        argCheck = iota
+	argsSetRange              // SETRANGE key offset value: offset+len(value) bytes
+	argsSetBit                // SETBIT key offset bit: offset/8+1 bytes
+	argsCopy                  // COPY src dst [DB n] [REPLACE]: no DB
+	argsRandMember            // SRANDMEMBER key -count: count values, repeated
+	argsRandField             // HRANDFIELD key -count [WITHVALUES]: likewise
+	argsRepeatKeys            // MGET key...: a key named again is its value again
+	argsRepeatFields          // HMGET key field...: likewise for a field
 )
 
 func spec(arity, first, last, step int, write bool) commandSpec {
@@ -76,7 +78,7 @@ var commandTable = map[string]commandSpec{
 	"GETSET":      spec(3, 1, 1, 1, w),
 	"GETDEL":      spec(2, 1, 1, 1, w),
 	"GETEX":       spec(-2, 1, 1, 1, w),
-	"MGET":        spec(-2, 1, -1, 1, r),
+	"MGET":        withArgs(spec(-2, 1, -1, 1, r), argsRepeatKeys),
 	"MSET":        spec(-3, 1, -1, 2, w),
 	"MSETNX":      spec(-3, 1, -1, 2, w),
 	"APPEND":      spec(3, 1, 1, 1, w),
@@ -104,7 +106,7 @@ var commandTable = map[string]commandSpec{
 	"HSET":         spec(-4, 1, 1, 1, w),
 	"HSETNX":       spec(4, 1, 1, 1, w),
 	"HGET":         spec(3, 1, 1, 1, r),
-	"HMGET":        spec(-3, 1, 1, 1, r),
+	"HMGET":        withArgs(spec(-3, 1, 1, 1, r), argsRepeatFields),
 	"HMSET":        spec(-4, 1, 1, 1, w),
 	"HDEL":         spec(-3, 1, 1, 1, w),
 	"HINCRBY":      spec(4, 1, 1, 1, w),
@@ -604,8 +606,17 @@ const elementCost = 16
 // checkArgs bounds the arguments of command i: each at most MaxValueBytes,
 // and the few commands that make Redis allocate more than they carry
 // checked for what they would allocate.
+//
+// A read's reply is built in Redis before the script can weigh it. Most
+// replies are bounded by the keys they read, but a reply that repeats
+// elements (SRANDMEMBER or HRANDFIELD with a negative count, MGET naming
+// a key again, HMGET a field) is not: its repeats are weighed here at
+// the most a value can be, MaxValueBytes plus elementCost, so that Redis
+// never builds more than MaxReplyBytes beyond what the keys hold.
 func (b *Backend) checkArgs(fence string, t tokens.Token, i int, s commandSpec, c []string) *tokens.RefusalError {
 	maxValue := b.cfg.MaxValueBytes
+	// perValue is the most one repeated element of a reply weighs.
+	perValue := int64(maxValue) + elementCost
 	for j, a := range c {
 		if len(a) > maxValue {
 			return refuseLimit(tokens.ReasonInvalidRequest, fence, t, i, "MaxValueBytes",
@@ -646,18 +657,61 @@ func (b *Backend) checkArgs(fence string, t tokens.Token, i int, s commandSpec, 
 			return refuseCommand(tokens.ReasonInvalidRequest, fence, t, i, "%s count %q is not an integer", s.name, c[2])
 		}
 		// A negative count repeats elements: the reply is -count long
-		// however small the key, and Redis builds it before the script
-		// can weigh it.
-		per := int64(elementCost)
+		// however small the key, each element up to MaxValueBytes.
+		per := perValue
 		if s.args == argsRandField && len(c) > 3 {
-			per *= 2 // WITHVALUES
+			per *= 2 // WITHVALUES: a field and its value
 		}
 		if count < -int64(b.cfg.MaxReplyBytes)/per {
 			return refuseLimit(tokens.ReasonInvalidRequest, fence, t, i, "MaxReplyBytes",
-				"%s count %d would make a reply over the limit of %d bytes", s.name, count, b.cfg.MaxReplyBytes)
+				"%s count %d could make a reply over the limit of %d bytes (each element up to %d bytes)",
+				s.name, count, b.cfg.MaxReplyBytes, maxValue)
+		}
+	case argsRepeatKeys, argsRepeatFields:
+		names := c[1:]
+		if s.args == argsRepeatFields {
+			names = c[2:]
+		}
+		// Fewer names than allowed repeats need no count.
+		allowed := int64(b.cfg.MaxReplyBytes) / perValue
+		if int64(len(names)) > allowed+1 && repeats(names, allowed) > allowed {
+			what := "key"
+			if s.args == argsRepeatFields {
+				what = "field"
+			}
+			return refuseLimit(tokens.ReasonInvalidRequest, fence, t, i, "MaxReplyBytes",
+				"%s names a %s again more than %d times, which could make a reply over the limit of %d bytes (values of up to %d bytes each); name each %s once",
+				s.name, what, allowed, b.cfg.MaxReplyBytes, maxValue, what)
 		}
 	}
 	return nil
+}
+
+// repeats counts the names equal to an earlier one, stopping past limit:
+// a linear search for a few names, a map beyond.
+func repeats(names []string, limit int64) int64 {
+	var n int64
+	if len(names) <= keySetLinear {
+		for j, a := range names {
+			if slices.Contains(names[:j], a) {
+				if n++; n > limit {
+					break
+				}
+			}
+		}
+		return n
+	}
+	seen := make(map[string]struct{}, len(names))
+	for _, a := range names {
+		if _, ok := seen[a]; ok {
+			if n++; n > limit {
+				break
+			}
+			continue
+		}
+		seen[a] = struct{}{}
+	}
+	return n
 }
 
 // parseInt parses a decimal integer. It accepts every form Redis's

@@ -46,8 +46,10 @@ type Config struct {
 	// of every string in them plus 16 bytes per array element: a write
 	// whose replies would be larger is rolled back and refused, and no
 	// larger reply is read from the server. At least MaxValueBytes, so any
-	// value can be read back. Default 4 MiB, or MaxValueBytes if that is
-	// larger.
+	// value can be read back. A reply that repeats elements (MGET naming a
+	// key twice, SRANDMEMBER with a negative count, ...) is weighed before
+	// sending, each repeat at MaxValueBytes plus 16 (see the package doc).
+	// Default 4 MiB, or MaxValueBytes if that is larger.
 	MaxReplyBytes int
 	// TLS, when not nil, makes every connection TLS with this config (its
 	// RootCAs, ServerName, and client certificate if the server asks for

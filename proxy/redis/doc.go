@@ -73,8 +73,18 @@
 //     lot or fencegate read a lot. Refused before sending, INVALID_REQUEST
 //     with metadata "limit": an argument over Config.MaxValueBytes (1 MiB);
 //     SETRANGE whose offset plus value, or SETBIT whose offset/8+1, is
-//     over it; SRANDMEMBER or HRANDFIELD with a negative count whose
-//     repeated elements would weigh over Config.MaxReplyBytes (4 MiB).
+//     over it; and a read whose reply repeats elements, which Redis
+//     would build before the script can weigh it, when the repeats could
+//     weigh over Config.MaxReplyBytes (4 MiB), each counted at the most a
+//     value may be, MaxValueBytes plus 16: SRANDMEMBER or HRANDFIELD with
+//     a negative count (each element, two with WITHVALUES), MGET naming a
+//     key again, HMGET naming a field again (each name after its first).
+//     With the defaults that is a count of -3 at most (-1 WITHVALUES) and
+//     three repeated names per command; a lower MaxValueBytes or a
+//     higher MaxReplyBytes allows more. Every other allowed read is
+//     bounded by the keys it reads, or answers integers or scores, one
+//     per argument (SMISMEMBER, ZMSCORE, EXISTS, ...); SINTER, SUNION and
+//     SDIFF naming one set many times build it once.
 //     Refused by the script, STATEMENT_FAILED with metadata "limit" and
 //     rolled back: APPEND that would grow a string over MaxValueBytes
 //     (weighed with STRLEN before it runs; a STRLEN that fails fails the
@@ -117,7 +127,10 @@
 //     existing data (COPY, SUNIONSTORE, ZRANGESTORE, ... when allowed)
 //     allocate as much as they copy. A read's reply is built inside Redis
 //     before the script weighs it, so reading a large key costs Redis that
-//     memory for the moment, though the reply never leaves it. Bound the
+//     memory for the moment, though the reply never leaves it; a value
+//     larger than MaxValueBytes (written around fencegate, or before the
+//     limit was lowered) is read once more per repeat the limit above
+//     lets through (MGET k k k k: four times with the defaults). Bound the
 //     whole with Redis's maxmemory, and a maxmemory-policy that keeps keys
 //     without an expiry (noeviction, volatile-*): the high-water marks are
 //     such keys, and an evicted mark would let a stale token through. Open

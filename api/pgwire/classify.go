@@ -277,8 +277,18 @@ func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
 		if reservedName(x.PrepareStmt.Name) {
 			return kindOther, whyName
 		}
+		if !asciiName(x.PrepareStmt.Name) {
+			return kindOther, whyNameASCII
+		}
 	case *pg_query.Node_ExecuteStmt:
+		if !asciiName(x.ExecuteStmt.Name) {
+			return kindOther, whyNameASCII
+		}
 		vd.executes = append(vd.executes, x.ExecuteStmt.Name)
+	case *pg_query.Node_DeallocateStmt:
+		if !asciiName(x.DeallocateStmt.Name) {
+			return kindOther, whyNameASCII
+		}
 	case *pg_query.Node_CopyStmt:
 		if x.CopyStmt.IsFrom && !x.CopyStmt.IsProgram && x.CopyStmt.Filename == "" {
 			vd.copyFrom = true

@@ -25,6 +25,7 @@ const (
 	whyChanges        = "more than 262144 Parse, Bind and Close messages without a Sync"
 	whyLocalName      = "SET fencegate.token and SHOW fencegate.* take no name of a prepared statement the database holds; close it first"
 	whyProcInBatch    = "CALL and DO in a simple Query sent before the Sync of extended-protocol messages may COMMIT and run the rest without the fence check; send them after the Sync"
+	whyNameASCII      = "prepared statement and portal names must be ASCII: the server converts others from client_encoding before comparing them"
 	whyBackslashBatch = "a simple Query with a backslash sent before the Sync of extended-protocol messages: fencegate cannot know how the database reads it (standard_conforming_strings and client_encoding may have changed since the last ReadyForQuery); send it after the Sync, or pass values as parameters"
 )
 
@@ -336,6 +337,22 @@ func nameKey(name []byte) []byte {
 	return name
 }
 
+// asciiName says name, of a prepared statement or portal, is ASCII.
+// PostgreSQL converts a name (in a message, or in SQL's text) from
+// client_encoding to the server's encoding before it cuts it to
+// maxNameLen bytes and compares it; fencegate sees the client's bytes,
+// and its parser cuts SQL identifiers as UTF8. Names of other bytes that
+// fencegate keeps apart can be one to the server, or the other way round;
+// drivers name their statements in ASCII, which every encoding keeps.
+func asciiName[T string | []byte](name T) bool {
+	for i := 0; i < len(name); i++ {
+		if name[i] >= 0x80 {
+			return false
+		}
+	}
+	return true
+}
+
 // lookup is what the client's statement (what 'P') or portal ('B') name
 // refers to now: this segment's latest Parse or Bind, or Close
 // (closeWhat), of it, else what the server confirmed. nil is a statement
@@ -594,9 +611,12 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		if !ok1 || !ok2 {
 			return errors.New("pgwire: bad Parse message")
 		}
+		ascii := asciiName(name)
 		name = nameKey(name)
 		vd = c.s.stmts.get(query)
 		switch {
+		case !ascii:
+			why = whyNameASCII
 		case vd.refuse != "":
 			why = vd.refuse
 		case vd.hasProc:
@@ -629,6 +649,10 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		if !ok1 || !ok2 {
 			return errors.New("pgwire: bad Bind message")
 		}
+		if !asciiName(portal) || !asciiName(stmt) {
+			why = whyNameASCII
+			break
+		}
 		portal, stmt = nameKey(portal), nameKey(stmt)
 		vd = c.lookup('P', 's', stmt)
 		if vd != nil && vd.local() {
@@ -647,15 +671,18 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		if len(body) < 2 {
 			return errors.New("pgwire: bad Describe message")
 		}
+		name, _, ok := cstring(body[1:])
+		if !asciiName(name) {
+			why = whyNameASCII
+			break
+		}
 		if body[0] != 'S' {
 			break
 		}
-		var ok bool
-		stmt, _, ok = cstring(body[1:])
 		if !ok {
 			return errors.New("pgwire: bad Describe message")
 		}
-		stmt = nameKey(stmt)
+		stmt = nameKey(name)
 		vd = c.lookup('P', 's', stmt)
 		if vd != nil && vd.local() {
 			if c.aborted(vd) {
@@ -672,6 +699,10 @@ func (c *session) extended(t byte, body, raw []byte) error {
 		if !ok {
 			return errors.New("pgwire: bad Execute message")
 		}
+		if !asciiName(portal) {
+			why = whyNameASCII
+			break
+		}
 		vd = c.lookup('B', 'p', portal)
 		if vd != nil {
 			g.kind, g.text, g.mayCopy, g.vd = vd.kind, vd.text, vd.copyFrom, vd
@@ -684,6 +715,10 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			return errors.New("pgwire: bad Close message")
 		}
 		name, _, _ := cstring(body[1:])
+		if !asciiName(name) {
+			why = whyNameASCII
+			break
+		}
 		name = nameKey(name)
 		what := byte('s')
 		if body[0] == 'P' {

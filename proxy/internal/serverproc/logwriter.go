@@ -1,6 +1,7 @@
 package serverproc
 
 import (
+	"bytes"
 	"strings"
 	"sync"
 )
@@ -20,6 +21,7 @@ type LogWriter struct {
 
 	mu      sync.Mutex
 	partial []byte
+	cut     bool // partial's line is longer than MaxLineBytes
 	last    []string
 	isReady bool
 }
@@ -35,32 +37,55 @@ func NewLogWriter(prefix, readyText string, logf func(format string, args ...any
 	}
 }
 
+// MaxLineBytes is the most of one line a LogWriter keeps and logs; the
+// rest of a longer line (PostgreSQL quotes a client's input in its
+// errors, so a client decides how long a line is) is dropped, and the
+// line logged ends in " [cut]".
+const MaxLineBytes = 16 << 10
+
 // Write takes any part of the output; a line is handled once its newline
-// has arrived. It never fails.
+// has arrived. It never fails. Each byte is looked at once.
 func (w *LogWriter) Write(b []byte) (int, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.partial = append(w.partial, b...)
-	for {
-		i := strings.IndexByte(string(w.partial), '\n')
+	n := len(b)
+	for len(b) > 0 {
+		i := bytes.IndexByte(b, '\n')
+		part := b
+		if i >= 0 {
+			part = b[:i]
+		}
+		if room := MaxLineBytes - len(w.partial); len(part) > room {
+			part, w.cut = part[:max(room, 0)], true
+		}
+		w.partial = append(w.partial, part...)
 		if i < 0 {
 			break
 		}
-		line := string(w.partial[:i])
-		w.partial = w.partial[i+1:]
-		if w.logf != nil {
-			w.logf(w.format, line)
+		b = b[i+1:]
+		line := string(w.partial)
+		if w.cut {
+			line += " [cut]"
 		}
-		if len(w.last) == KeepLines {
-			w.last = w.last[1:]
-		}
-		w.last = append(w.last, line)
-		if !w.isReady && strings.Contains(line, w.readyText) {
-			w.isReady = true
-			close(w.ready)
-		}
+		w.partial, w.cut = w.partial[:0], false
+		w.line(line)
 	}
-	return len(b), nil
+	return n, nil
+}
+
+// line handles one whole line. w.mu is held.
+func (w *LogWriter) line(line string) {
+	if w.logf != nil {
+		w.logf(w.format, line)
+	}
+	if len(w.last) == KeepLines {
+		w.last = w.last[1:]
+	}
+	w.last = append(w.last, line)
+	if !w.isReady && strings.Contains(line, w.readyText) {
+		w.isReady = true
+		close(w.ready)
+	}
 }
 
 // Ready is closed when the first line containing the ready text is written.

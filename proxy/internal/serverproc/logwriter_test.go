@@ -1,8 +1,11 @@
 package serverproc
 
 import (
+	"bytes"
 	"fmt"
+	"runtime"
 	"slices"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -108,4 +111,33 @@ func tailOf(writes []string, n int) []string {
 		lines = append(lines, s[:len(s)-1])
 	}
 	return lines
+}
+
+// TestLogWriterLongLine: a line of 16 MiB, arriving as a pipe delivers
+// it, costs about its length to read once, not its square, and is logged
+// and kept cut to MaxLineBytes; the next line is whole.
+func TestLogWriterLongLine(t *testing.T) {
+	var logged []string
+	w := NewLogWriter("srv", "READY", func(format string, args ...any) { logged = append(logged, fmt.Sprintf(format, args...)) })
+	chunk := bytes.Repeat([]byte("x"), 64<<10)
+	const chunks = 256 // 16 MiB
+	allocs := testing.AllocsPerRun(1, func() {
+		for range chunks {
+			_, _ = w.Write(chunk)
+		}
+		_, _ = w.Write([]byte("\nnext READY\n"))
+	})
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	if len(logged) != 4 || logged[0] != "srv: "+strings.Repeat("x", MaxLineBytes)+" [cut]" || logged[1] != "srv: next READY" {
+		t.Fatalf("logged %d lines, first %.40q… (%d bytes), want the long line cut to %d bytes and then %q", len(logged), logged[0], len(logged[0]), MaxLineBytes, "srv: next READY")
+	}
+	if allocs > 20 {
+		t.Errorf("reading a 16 MiB line took %v allocations, want a few", allocs)
+	}
+	select {
+	case <-w.Ready():
+	default:
+		t.Error("the line after the long one was not read whole")
+	}
 }

@@ -3,7 +3,9 @@ package api
 import (
 	"context"
 	"fmt"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"unicode/utf8"
 
@@ -49,7 +51,66 @@ func (s *Server) HTTPHandler(ctx context.Context, cfg HTTPConfig) (http.Handler,
 	mux.Handle("/v1/", s.limitBody(gw))
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	registerOps(mux, cfg)
-	return mux, nil
+	var h http.Handler = mux
+	if s.gw != nil && s.gw.Open() {
+		h = loopbackHosts(h)
+	}
+	return crossOrigin(h), nil
+}
+
+// crossOrigin refuses (403) a request that changes state and that a
+// browser sent for a page of another site (Sec-Fetch-Site, else Origin
+// against Host: net/http's CrossOriginProtection). A page's fetch() may
+// POST cross-site with no preflight (a "simple request": text/plain,
+// which the gateway reads as JSON), and the browser adds the client
+// certificate it holds: a reset with an operator's, or anything on a
+// gateway with no policy. Clients that are no browser send neither header
+// and pass.
+func crossOrigin(next http.Handler) http.Handler {
+	p := http.NewCrossOriginProtection()
+	p.SetDenyHandler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, fmt.Sprintf("fencegate: refused a cross-origin %s from a web page (Origin %.100q, Sec-Fetch-Site %.20q): a page of another site may not change fencegate's state",
+			r.Method, r.Header.Get("Origin"), r.Header.Get("Sec-Fetch-Site")), http.StatusForbidden)
+	}))
+	return p.Handler(next)
+}
+
+// loopbackHosts refuses (421), on a loopback connection, a request whose
+// Host is neither an IP address nor localhost: a browser sends the name of
+// the page's own site, which its owner may have pointed at 127.0.0.1 (DNS
+// rebinding), and is then same-origin with the gateway. For a gateway
+// that is Open, whose listener on loopback is its only boundary.
+func loopbackHosts(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && loopback(local) && !localHost(r.Host) {
+			http.Error(w, fmt.Sprintf("fencegate: refused Host %.100q on a loopback listener with no authentication: only an IP address or localhost names this machine "+
+				"(a web page reaches 127.0.0.1 under a name of its own: DNS rebinding); connect to 127.0.0.1 or localhost, or configure a policy", r.Host),
+				http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// loopback says whether a is a loopback TCP address.
+func loopback(a net.Addr) bool {
+	t, ok := a.(*net.TCPAddr)
+	return ok && t.IP.IsLoopback()
+}
+
+// localHost says whether a Host header names this machine without DNS:
+// an IP address, or localhost (RFC 6761: never sent to DNS).
+func localHost(hostport string) bool {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.ToLower(strings.TrimSuffix(host, "."))
+	if host == "localhost" || strings.HasSuffix(host, ".localhost") {
+		return true
+	}
+	_, err := netip.ParseAddr(strings.Trim(host, "[]"))
+	return err == nil
 }
 
 // OpsHandler serves only /healthz, /readyz and /metrics, answering as

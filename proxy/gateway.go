@@ -378,6 +378,11 @@ func (g *Gateway) RefusedLogin(ctx context.Context, a policy.Action, fence, rawT
 	}
 }
 
+// Open reports whether the gateway serves callers with no identity and no
+// policy: whoever reaches its listeners may do anything, so their address
+// is its only boundary.
+func (g *Gateway) Open() bool { return g.policy == nil && !g.authReq }
+
 // Authenticated says whether the caller of ctx has the identity the
 // gateway requires (AuthRequired): nil, or the UNAUTHENTICATED refusal
 // each of its writes to fence would get. A listener asks it at login, so

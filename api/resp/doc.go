@@ -31,23 +31,33 @@
 // them from the command (shape.go; TestReplyShapesAsRedis compares every
 // allowed command's replies with a Redis server's, in both protocols).
 //
-// Pipelining. A connection is served by one goroutine that reads a
-// command and then every data command the client has already sent
-// (whatever is in the read buffer, up to Config.MaxPipelineBatch), runs
-// them as one fenced write, writes the replies in order and flushes when
-// nothing more is buffered. Writes of different connections share round
-// trips to Redis in the coalescer. Commands of one connection are never
-// in flight at once: the coalescer spreads concurrent writes over several
-// Redis connections, so two of them could run in either order, and Redis
-// runs a client's pipeline in order. Running a pipeline as one script
-// makes it atomic, a subset of what Redis allows, but it must not let one
-// command's failure abort the others, as Redis does not: when the write
-// is refused because of one command (COMMAND_NOT_ALLOWED,
-// INVALID_REQUEST, or STATEMENT_FAILED, Redis's error, rolled back),
-// nothing was applied, so the commands before it run again as one write,
-// it runs alone and gets its own answer, and the rest follow. A refusal of
-// the token (STALE_TOKEN, ...) answers every command of the batch alike,
-// as it would each of them.
+// Pipelining. A connection is served by one goroutine that reads a command
+// and then every data command the client has already sent (whatever has
+// arrived, up to Config.MaxPipelineBatch), runs them as one fenced write,
+// writes the replies in order and flushes when no further command has
+// begun to arrive; empty commands (blank inline lines, *0), which Redis
+// skips, are skipped first, so a command followed by one is answered at
+// once. Once a write of replies has waited 1 ms for a client that reads
+// none yet (go-redis Pipelined writes every command before it reads),
+// another goroutine reads the connection while the write waits: the
+// client's further commands are read and held, up to
+// Config.MaxReadAheadBytes, so that the client finishes writing and reads.
+// They are not run meanwhile: a client that stopped reading gets nothing
+// more applied whose reply it would never read. Past the bound reading
+// stops, and a client that still reads nothing for WriteTimeout is closed
+// (logged), as Redis closes one over its output buffer limit. Writes of
+// different connections share round trips to Redis in the coalescer.
+// Commands of one connection are never in flight at once: the coalescer
+// spreads concurrent writes over several Redis connections, so two of them
+// could run in either order, and Redis runs a client's pipeline in order.
+// Running a pipeline as one script makes it atomic, a subset of what Redis
+// allows, but it must not let one command's failure abort the others, as
+// Redis does not: when the write is refused because of one command
+// (COMMAND_NOT_ALLOWED, INVALID_REQUEST, or STATEMENT_FAILED, Redis's
+// error, rolled back), nothing was applied, so the commands before it run
+// again as one write, it runs alone and gets its own answer, and the rest
+// follow. A refusal of the token (STALE_TOKEN, ...) answers every command
+// of the batch alike, as it would each of them.
 //
 // MULTI ... EXEC: commands are queued by fencegate (+QUEUED) and EXEC
 // runs them as one fenced write, all or nothing. Unlike Redis, a command
@@ -60,7 +70,7 @@
 //
 // Input is bounded (Config): open connections (as Redis's maxclients),
 // arguments per command, bytes per argument and per command, bytes per
-// inline command. Malformed or oversized input
+// inline command, bytes read ahead (16 KiB before AUTH). Malformed or oversized input
 // gets -ERR Protocol error and the connection is closed, as Redis does;
 // commands before it in the stream are answered first, nothing after it
 // runs. Before closing a logged-in client's connection, fencegate reads

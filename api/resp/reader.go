@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 
 	"github.com/fencegate/fencegate/api/internal/wire"
 )
@@ -45,18 +46,62 @@ type reader struct {
 	// scratch holds one command's argument bytes; ends their ends in it.
 	scratch []byte
 	ends    []int
+	// ahead is the connection's read-ahead when r reads from one: what
+	// it holds has arrived too (buffered).
+	ahead *readAhead
 }
 
 func newReader(r io.Reader, lim limits) *reader {
-	return &reader{br: bufio.NewReaderSize(r, 16<<10), lim: lim}
+	ahead, _ := r.(*readAhead)
+	return &reader{br: bufio.NewReaderSize(r, 16<<10), lim: lim, ahead: ahead}
 }
 
-// buffered reports whether more input is already read, so a command can
-// be parsed without waiting for the client.
-func (r *reader) buffered() bool { return r.br.Buffered() > 0 }
+// buffered reports whether the client has begun another command, so that
+// it can be read without waiting for the client: its first line has
+// arrived (or more than the buffer holds of it). Empty commands before it
+// (empty or blank inline lines, *0, *-1), which Redis skips, are consumed
+// first: the client expects the answers to what it sent before them, and
+// sends nothing more until it has them.
+func (r *reader) buffered() bool {
+	for {
+		b, _ := r.br.Peek(r.br.Buffered())
+		i := bytes.IndexByte(b, '\n')
+		if i < 0 {
+			if len(b) == r.br.Size() {
+				return true // a line longer than the buffer: inline, or an error to report
+			}
+			if r.ahead == nil || r.ahead.waiting() == 0 {
+				return false
+			}
+			// More has arrived: take it in, which does not wait.
+			_, _ = r.br.Peek(len(b) + 1)
+			continue
+		}
+		if !emptyCommand(b[:i]) {
+			return true
+		}
+		_, _ = r.br.Discard(i + 1)
+	}
+}
+
+// emptyCommand reports whether line, up to its LF, is a command Redis
+// skips: an inline line of nothing but spaces, or a multibulk of no
+// arguments (*0, or a negative count).
+func emptyCommand(line []byte) bool {
+	if len(line) > 0 && line[0] == '*' {
+		n, err := length('*', bytes.TrimSuffix(line[1:], []byte{'\r'}), math.MaxInt32)
+		return err == nil && n <= 0
+	}
+	for _, c := range line {
+		if !asciiSpace(rune(c)) {
+			return false
+		}
+	}
+	return true
+}
 
 // command reads the next command. Its arguments share one allocation.
-// An empty inline line is skipped. Errors are io errors or
+// Empty commands are skipped (emptyCommand). Errors are io errors or
 // *protocolError.
 func (r *reader) command() ([]string, error) {
 	for {
@@ -146,21 +191,37 @@ func (r *reader) number(kind byte, limit int) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	if len(line) == 2 && line[0] == '-' && line[1] == '1' {
-		return -1, nil
-	}
+	return length(kind, line, limit)
+}
+
+// length parses the decimal of a '*' or '$' line. A negative one, which
+// Redis takes for none (string2ll: no leading zero), comes back as -1.
+func length(kind byte, line []byte, limit int) (int, error) {
 	if len(line) == 0 {
 		return 0, protoErr("invalid %s length", lengthName(kind))
 	}
+	digits := line
+	if line[0] == '-' {
+		digits = line[1:]
+		if len(digits) == 0 || digits[0] == '0' {
+			return 0, protoErr("invalid %s length %q", lengthName(kind), line)
+		}
+	}
 	n := 0
-	for _, c := range line {
+	for _, c := range digits {
 		if c < '0' || c > '9' {
 			return 0, protoErr("invalid %s length %q", lengthName(kind), line)
+		}
+		if line[0] == '-' {
+			continue
 		}
 		n = n*10 + int(c-'0')
 		if n > limit {
 			return 0, protoErr("%s length over the limit of %d", lengthName(kind), limit)
 		}
+	}
+	if line[0] == '-' {
+		return -1, nil
 	}
 	return n, nil
 }

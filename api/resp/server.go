@@ -57,6 +57,15 @@ type Config struct {
 	// WriteTimeout bounds writing replies to a client that does not read
 	// them; 0 means 30 s.
 	WriteTimeout time.Duration
+	// MaxReadAheadBytes bounds what a logged-in client has sent that the
+	// listener reads and holds, not yet run, while it waits to write the
+	// replies of earlier commands; 0 means 64 MiB (16 KiB before AUTH).
+	// A client that writes its whole pipeline before reading any reply
+	// completes it if it fits; past it, the listener stops reading, and
+	// closes the connection if the client then reads nothing for
+	// WriteTimeout, as Redis closes a client over its output buffer
+	// limit.
+	MaxReadAheadBytes int
 	// Logger receives connection errors; nil discards them.
 	Logger *slog.Logger
 }
@@ -97,6 +106,9 @@ func (c Config) withDefaults() Config {
 	if c.WriteTimeout == 0 {
 		c.WriteTimeout = 30 * time.Second
 	}
+	if c.MaxReadAheadBytes == 0 {
+		c.MaxReadAheadBytes = 64 << 20
+	}
 	return c
 }
 
@@ -122,7 +134,7 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	}
 	cfg = cfg.withDefaults()
 	switch {
-	case cfg.MaxArgs < 1, cfg.MaxBulkBytes < 1, cfg.MaxInlineBytes < 1, cfg.MaxQueued < 1, cfg.MaxPipelineBatch < 1, cfg.MaxConnections < 1:
+	case cfg.MaxArgs < 1, cfg.MaxBulkBytes < 1, cfg.MaxInlineBytes < 1, cfg.MaxQueued < 1, cfg.MaxPipelineBatch < 1, cfg.MaxConnections < 1, cfg.MaxReadAheadBytes < 1:
 		return nil, errors.New("resp: limits must be positive")
 	case cfg.MaxCommandBytes < cfg.MaxBulkBytes:
 		return nil, fmt.Errorf("resp: MaxCommandBytes %d is below MaxBulkBytes %d", cfg.MaxCommandBytes, cfg.MaxBulkBytes)

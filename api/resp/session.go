@@ -22,11 +22,14 @@ import (
 
 // session is one client connection. One goroutine reads a command, or
 // every command the client has pipelined, runs them, and writes the
-// replies; it flushes when nothing more is buffered to answer.
+// replies; it flushes when nothing more is buffered to answer. While a
+// write of replies waits for the client, another reads the connection
+// (readAhead).
 type session struct {
 	srv  *Server
 	conn net.Conn
 	raw  net.Conn // conn's own connection, under TLS
+	in   *readAhead
 	r    *reader
 	w    *writer
 	ctx  context.Context // carries the caller; ends with the server
@@ -66,8 +69,9 @@ type session struct {
 
 func newSession(ctx context.Context, s *Server, c net.Conn) *session {
 	lim := limits{maxArgs: s.cfg.MaxArgs, maxBulk: s.cfg.MaxBulkBytes, maxCommand: s.cfg.MaxCommandBytes, maxInline: s.cfg.MaxInlineBytes}
+	in := newReadAhead(c, aheadSize)
 	return &session{
-		srv: s, conn: c, raw: c, r: newReader(c, lim), w: newWriter(c), ctx: ctx, id: s.ids.Add(1),
+		srv: s, conn: c, raw: c, in: in, r: newReader(in, lim), w: newWriter(in.writer(c)), ctx: ctx, id: s.ids.Add(1),
 		authBy: time.Now().Add(s.cfg.AuthTimeout),
 	}
 }
@@ -76,8 +80,22 @@ func newSession(ctx context.Context, s *Server, c net.Conn) *session {
 var errQuit = errors.New("resp: client quit")
 
 // serve runs the session until the client leaves, breaks the protocol,
-// or the server shuts down.
+// or the server shuts down. It closes the connection.
 func (s *session) serve() error {
+	defer func() {
+		s.raw.Close() // ends the read in progress
+		s.in.stop()
+	}()
+	err := s.run()
+	if errors.Is(err, os.ErrDeadlineExceeded) && s.in.atLimit() {
+		s.srv.log.Warn("resp: client sent more than MaxReadAheadBytes without reading replies; the connection is closed",
+			"peer", s.raw.RemoteAddr().String(), "limit", s.srv.cfg.MaxReadAheadBytes, "write_timeout", s.srv.cfg.WriteTimeout)
+	}
+	return err
+}
+
+// run reads, runs and answers commands (serve).
+func (s *session) run() error {
 	var next []string // read while batching, not yet handled
 	for {
 		args := next
@@ -201,16 +219,21 @@ func argBytes(args []string) int {
 }
 
 // beforeRead holds a client that has not logged in to Redis's limits for
-// unauthenticated clients and to AuthTimeout.
+// unauthenticated clients, to AuthTimeout and to a read-ahead of one
+// buffer.
 func (s *session) beforeRead() {
 	s.r.unauth = !s.authed
 	switch {
 	case !s.authed:
+		if !s.readBy {
+			s.in.setLimit(aheadSize)
+		}
 		_ = s.conn.SetReadDeadline(s.authBy)
 		s.readBy = true
 	case s.readBy:
 		_ = s.conn.SetReadDeadline(time.Time{})
 		s.readBy = false
+		s.in.setLimit(s.srv.cfg.MaxReadAheadBytes)
 	}
 }
 

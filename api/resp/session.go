@@ -79,6 +79,18 @@ func newSession(ctx context.Context, s *Server, c net.Conn) *session {
 // errQuit ends a session the client asked to end.
 var errQuit = errors.New("resp: client quit")
 
+// errCrossProtocol ends a session that sent an HTTP request.
+var errCrossProtocol = errors.New("resp: HTTP request on the RESP listener")
+
+// crossProtocol says whether a command's name is the start of an HTTP
+// request (its request line, POST /…, or a Host header): what a web page's
+// fetch() to the listener's port sends, its body RESP commands of the
+// page's choosing. Redis (since 3.2.7) closes the connection on either,
+// before anything after it runs; so does the listener.
+func crossProtocol(name string) bool {
+	return strings.EqualFold(name, "POST") || strings.EqualFold(name, "Host:")
+}
+
 // serve runs the session until the client leaves, breaks the protocol,
 // or the server shuts down. It closes the connection.
 func (s *session) serve() error {
@@ -132,6 +144,11 @@ func (s *session) run() error {
 		}
 		if h := s.srv.testHookCommand; h != nil {
 			h(args)
+		}
+		if crossProtocol(args[0]) {
+			s.srv.log.Warn("resp: a command named POST or Host: (an HTTP request: a web page's cross-protocol attack); the connection is closed, as Redis closes it",
+				"peer", s.raw.RemoteAddr().String())
+			return errCrossProtocol
 		}
 		k := kindOf(args[0])
 		if k != kindData || s.multi || !s.authed {

@@ -2,6 +2,7 @@ package pgwire
 
 import (
 	"errors"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode/utf8"
@@ -9,6 +10,8 @@ import (
 	pg_query "github.com/pganalyze/pg_query_go/v6"
 	"github.com/pganalyze/pg_query_go/v6/parser"
 	"google.golang.org/protobuf/reflect/protoreflect"
+
+	"github.com/fencegate/fencegate/proxy/postgres/sqlcheck"
 )
 
 // stmtKind is what fencegate must know of a statement to keep every
@@ -147,9 +150,18 @@ const (
 	whyName        = "prepared statement names starting with fencegate are fencegate's"
 )
 
+// whyDeep refuses what sqlcheck.TooDeep finds too deep for pg_query.
+var whyDeep = "the statement nests deeper than fencegate parses (" + strconv.Itoa(sqlcheck.MaxDepth) + " levels), so cannot tell whether it is fenced"
+
 // classify parses sql with PostgreSQL's parser (pg_query) and decides.
 func classify(sql string) *verdict {
 	vd := &verdict{text: sql}
+	// A tree deep enough would overflow the C stack in pg_query: SIGSEGV,
+	// the whole process down.
+	if _, deep := sqlcheck.TooDeep(sql); deep {
+		vd.refuse = whyDeep
+		return vd
+	}
 	tree, err := pg_query.Parse(sql)
 	if err != nil {
 		var perr *parser.Error

@@ -35,6 +35,12 @@
 //   - Statement.Text is the statement alone, ending at a token, so it can
 //     be embedded in a WITH.
 //
+// A statement that may nest deeper than MaxDepth (TooDeep, a lexical
+// upper bound) is refused before it reaches the parser, whose C recursion
+// would overflow the thread's stack and take the process down; so is one
+// PostgreSQL would have refused for its own stack depth, and a generated
+// chain of a few thousand operators or UNIONs that it would not.
+//
 // Every refusal is a *Refusal naming what was refused, the byte where, and
 // why. Verdicts are cached by the exact text, bounded by bytes; a cached
 // Check takes a read lock and allocates nothing.

@@ -159,6 +159,10 @@ func (c *Checker) check(sql string) (Statement, error) {
 	if !utf8.ValidString(sql) {
 		return Statement{}, &Refusal{What: "invalid UTF-8", Pos: firstInvalidUTF8(sql), Why: "SQL text must be UTF-8"}
 	}
+	// A tree deep enough would overflow the C stack in pg_query: SIGSEGV.
+	if pos, deep := TooDeep(sql); deep {
+		return Statement{}, &Refusal{What: "deep nesting", Pos: pos, Why: whyDeep}
+	}
 	tree, err := pg_query.Parse(sql)
 	if err != nil {
 		var perr *parser.Error

@@ -49,9 +49,15 @@ func NewAuthenticator(clientCerts bool, tokenFile string, log *slog.Logger, opts
 		return a, nil
 	}
 	o := buildOptions(opts)
+	load := func() (*tokenSet, error) {
+		if err := o.checkFiles(tokenFlag, tokenFile); err != nil {
+			return nil, err
+		}
+		return loadTokens(tokenFile)
+	}
 	a.tokens = &reloader[tokenSet]{
 		files: []string{tokenFile},
-		load:  func() (*tokenSet, error) { return loadTokens(tokenFile) },
+		load:  load,
 		now:   o.now,
 		log:   orDiscard(log),
 		what:  "token file",

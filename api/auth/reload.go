@@ -21,8 +21,9 @@ const checkEvery = time.Second
 type Option func(*options)
 
 type options struct {
-	reg prometheus.Registerer
-	now func() time.Time
+	reg   prometheus.Registerer
+	now   func() time.Time
+	check func(flag, path string) error
 }
 
 // WithRegisterer registers the reload error counter
@@ -36,6 +37,32 @@ func WithRegisterer(reg prometheus.Registerer) Option {
 // again; tests use it to cross the once-a-second bound without sleeping.
 func WithClock(now func() time.Time) Option {
 	return func(o *options) { o.now = now }
+}
+
+// WithFileCheck has check judge each file, named by its flag
+// (--cert-file, --key-file, --trusted-ca-file, --token-auth-file), before
+// it is read, at start and at every reload: an error refuses the file as
+// one that cannot be read would be (at start, the error is
+// NewServerTLS's or NewAuthenticator's; at a reload, the previous
+// material stays). fencegate's checks the file's mode.
+func WithFileCheck(check func(flag, path string) error) Option {
+	return func(o *options) { o.check = check }
+}
+
+// checkFiles runs o's file check, if any, on each flag and path pair.
+func (o options) checkFiles(flagsAndPaths ...string) error {
+	if o.check == nil {
+		return nil
+	}
+	for i := 0; i+1 < len(flagsAndPaths); i += 2 {
+		if flagsAndPaths[i+1] == "" {
+			continue
+		}
+		if err := o.check(flagsAndPaths[i], flagsAndPaths[i+1]); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func orDiscard(log *slog.Logger) *slog.Logger {
@@ -58,12 +85,14 @@ func buildOptions(opts []Option) options {
 // mtime or size, and the content's hash catches an edit in place that
 // keeps both (the same length, within one tick of the file system's
 // clock, or with the time set back): a revoked secret must not stay
-// valid. The files are small (certificates, keys, a token list), read at
-// most once a second.
+// valid. The mode tells a file made safe again by chmod (see
+// WithFileCheck). The files are small (certificates, keys, a token list),
+// read at most once a second.
 type stamp struct {
 	mod  time.Time
 	size int64
 	ino  uint64
+	perm fs.FileMode
 	sum  [sha256.Size]byte
 	err  bool
 }
@@ -77,7 +106,7 @@ func stampOf(path string) stamp {
 	if err != nil {
 		return stamp{err: true}
 	}
-	st := stamp{mod: fi.ModTime(), size: fi.Size(), ino: inode(fi)}
+	st := stamp{mod: fi.ModTime(), size: fi.Size(), ino: inode(fi), perm: fi.Mode().Perm()}
 	if fi.Size() <= maxStampBytes {
 		if b, err := os.ReadFile(path); err == nil {
 			st.sum = sha256.Sum256(b)

@@ -78,9 +78,15 @@ func NewServerTLS(f TLSFiles, log *slog.Logger, opts ...Option) (*ServerTLS, err
 	}
 	o := buildOptions(opts)
 	s := &ServerTLS{min: minVer}
+	load := func() (*loaded, error) {
+		if err := o.checkFiles("--cert-file", f.CertFile, "--key-file", f.KeyFile, "--trusted-ca-file", f.TrustedCAFile); err != nil {
+			return nil, err
+		}
+		return loadTLS(f, minVer)
+	}
 	s.r = &reloader[loaded]{
 		files:    []string{f.CertFile, f.KeyFile},
-		load:     func() (*loaded, error) { return loadTLS(f, minVer) },
+		load:     load,
 		now:      o.now,
 		log:      orDiscard(log),
 		what:     "TLS certificate, key and CA bundle",

@@ -57,7 +57,7 @@ func TestRedTeam21DeepExpressionCrashesListener(t *testing.T) {
 	// The child's etcd and PostgreSQL directories, which a crash leaves
 	// behind, go in a directory of the parent's (the postmaster gets
 	// SIGQUIT as its parent dies: Pdeathsig).
-	tmp, err := os.MkdirTemp("", "rt21")
+	tmp, err := os.MkdirTemp("", "rt21") //nolint:usetesting // removed by the parent after the child, whatever the child left
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,6 +84,7 @@ func TestRedTeam21DeepExpressionCrashesListener(t *testing.T) {
 
 // rt21DeepChild is the attack, in the child process.
 func rt21DeepChild(t *testing.T) {
+	t.Helper()
 	e := newEnv(t, pgwire.Config{})
 	tok, _ := e.lead(t, "rt21-deep")
 	// A stale token would do as well: classify runs before admission.

@@ -52,6 +52,7 @@ import (
 	"github.com/fencegate/fencegate/api/internal/listen"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
+	"github.com/fencegate/fencegate/proxy/postgres/pgdsn"
 	"github.com/fencegate/fencegate/tokens"
 )
 
@@ -171,7 +172,7 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	}
 	pc, err := pgconn.ParseConfig(cfg.PostgresDSN)
 	if err != nil {
-		return nil, fmt.Errorf("pgwire: --postgres-dsn: %w", err)
+		return nil, fmt.Errorf("pgwire: --postgres-dsn: %w", pgdsn.ParseError(err))
 	}
 	t := target{network: "tcp", addr: net.JoinHostPort(pc.Host, strconv.Itoa(int(pc.Port))), tls: pc.TLSConfig, timeout: pc.ConnectTimeout, database: pc.Database}
 	if len(pc.Host) > 0 && pc.Host[0] == '/' {

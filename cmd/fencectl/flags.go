@@ -212,7 +212,7 @@ func (g *globalConfig) validate() error {
 	}
 	if err := checkEndpoint(g.Endpoint); err != nil {
 		// The value as given, not with the scheme added above.
-		return fmt.Errorf("--endpoint %q: %w; want host:port or a URL such as http://127.0.0.1:7080", given, err)
+		return fmt.Errorf("--endpoint %q: %w; want host:port or a URL such as http://127.0.0.1:7080", addrflag.Redact(given), err)
 	}
 	if (g.Cert == "") != (g.Key == "") {
 		return fmt.Errorf("--cert and --key go together")
@@ -223,7 +223,9 @@ func (g *globalConfig) validate() error {
 	if len(g.etcdEndpoints()) == 0 {
 		return fmt.Errorf("--etcd-endpoints is empty")
 	}
-	if err := addrflag.EtcdEndpoints("--etcd-endpoints", g.EtcdEndpoints); err != nil {
+	if err := addrflag.EtcdEndpoints("--etcd-endpoints", g.EtcdEndpoints); errors.Is(err, addrflag.ErrCredentials) {
+		return fmt.Errorf("%w (the password best as FENCECTL_ETCD_PASSWORD, which ps does not show)", err)
+	} else if err != nil {
 		return err
 	}
 	if g.DialTimeout <= 0 {

@@ -44,8 +44,10 @@ func TestRedTeam21NohupUndone(t *testing.T) {
 		`grep '^SigIgn' /proc/$$/status > "$STATUS"; touch "$READY"; while :; do sleep 0.05; done`)
 	// `trap '' HUP INT` then exec: fencectl starts with both ignored, as
 	// under nohup and as a background job of a script.
-	p := &proc{cmd: exec.Command("sh", append([]string{"-c", `trap '' HUP INT; exec "$FENCECTL" "$@"`, "sh"}, args...)...),
-		out: &syncBuffer{}, done: make(chan struct{})}
+	p := &proc{
+		cmd: exec.Command("sh", append([]string{"-c", `trap '' HUP INT; exec "$FENCECTL" "$@"`, "sh"}, args...)...),
+		out: &syncBuffer{}, done: make(chan struct{}),
+	}
 	p.cmd.Stdout, p.cmd.Stderr = p.out, p.out
 	p.cmd.Env = append(os.Environ(), "STATUS="+status, "READY="+ready, "FENCECTL="+binPath)
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}

@@ -86,10 +86,32 @@ func (d *depsConfig) checkEtcdEndpoints(endpoints []string, tlsOn, insecure bool
 	return nil
 }
 
+// redisTLS reports whether the Redis connections use TLS.
+func (d *depsConfig) redisTLS() bool {
+	return d.RedisTLS || d.RedisCAFile != "" || d.RedisCertFile != "" || d.RedisKeyFile != "" || d.RedisServerName != ""
+}
+
+// checkRedisAddrs refuses, as checkEtcdEndpoints does for etcd, to send
+// --redis-password in plain text (AUTH, HELLO) to a Redis on another
+// machine: addrs are the Redis address flags and their values.
+func (d *depsConfig) checkRedisAddrs(insecure bool, addrs ...[2]string) error {
+	if d.RedisPassword == "" || d.redisTLS() || insecure {
+		return nil
+	}
+	for _, a := range addrs {
+		flagName, addr := a[0], a[1]
+		if addr == "" || strings.HasPrefix(addr, "/") || isLoopbackAddr(addr) {
+			continue
+		}
+		return fmt.Errorf("--redis-password would go in plain text to %s %s: use --redis-tls (with --redis-tls-ca-file), a loopback address or a Unix socket (or --insecure)", flagName, addr)
+	}
+	return nil
+}
+
 // applyRedis sets the Redis credentials and TLS flags into c.
 func (d *depsConfig) applyRedis(c *redis.Config) error {
 	c.Username, c.Password = d.RedisUser, d.RedisPassword
-	if !d.RedisTLS && d.RedisCAFile == "" && d.RedisCertFile == "" && d.RedisKeyFile == "" && d.RedisServerName == "" {
+	if !d.redisTLS() {
 		return nil
 	}
 	t, err := clientTLS("--redis-tls-ca-file", d.RedisCAFile, "--redis-tls-cert-file", d.RedisCertFile, "--redis-tls-key-file", d.RedisKeyFile)

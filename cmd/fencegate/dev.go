@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -23,6 +24,7 @@ installed), each on a free port (or --postgres-port, --redis-port), and the
 gateway on its default ports. Everything is removed on Ctrl-C or SIGTERM.`
 
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	holdSIGHUP()
 	cfg := defaultServeConfig()
 	cfg.PgListenAddr = "127.0.0.1:7432"
 	cfg.RedisListenAddr = "127.0.0.1:7379"
@@ -40,6 +42,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	// found only once etcd, PostgreSQL and Redis are up.
 	if etcdURL != "" {
 		if err := addrflag.HTTPURL("--etcd-listen", etcdURL, "http://127.0.0.1:2379"); err != nil {
+			return usage(err)
+		}
+		if err := checkEtcdListen(etcdURL, cfg.Insecure); err != nil {
 			return usage(err)
 		}
 	}
@@ -107,6 +112,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cfg.RedisAddr = rd.Addr()
 	}
 	return serve(ctx, cfg, log, func() { printDevBanner(stdout, cfg, pg.DSN()) })
+}
+
+// checkEtcdListen refuses an embedded etcd other hosts can reach: it
+// serves plain HTTP without authentication, and whoever writes its
+// elections mints fencing tokens. --cert-file and --policy-file, which
+// let the gateway's listeners out, do nothing for it.
+func checkEtcdListen(etcdURL string, insecure bool) error {
+	u, err := url.Parse(etcdURL)
+	if err != nil || insecure || isLoopbackAddr(u.Host) {
+		return nil // malformed: HTTPURL's to refuse
+	}
+	return fmt.Errorf("--etcd-listen %s is reachable from other hosts, and the embedded etcd has no TLS or authentication: anyone reaching it could make itself leader of any election; listen on loopback, or pass --insecure", etcdURL)
 }
 
 // devGatewayRole is the role fencegate dev serves PostgreSQL writes as,

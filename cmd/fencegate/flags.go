@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/fencegate/fencegate/api"
 	"github.com/fencegate/fencegate/cmd/internal/addrflag"
 	"github.com/fencegate/fencegate/cmd/internal/flagerr"
@@ -19,6 +21,7 @@ import (
 	"github.com/fencegate/fencegate/election/zookeeper"
 	"github.com/fencegate/fencegate/proxy"
 	"github.com/fencegate/fencegate/proxy/postgres"
+	"github.com/fencegate/fencegate/proxy/postgres/pgdsn"
 	"github.com/fencegate/fencegate/proxy/postgres/sqlcheck"
 	"github.com/fencegate/fencegate/proxy/redis"
 )
@@ -174,7 +177,7 @@ func (c *serveConfig) register(fs *flag.FlagSet, backends bool) {
 		return nil
 	})
 	fs.DurationVar(&c.Postgres.WriteTimeout, "write-timeout", c.Postgres.WriteTimeout, "time limit of a whole PostgreSQL write, all its statements and its commit")
-	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow what is refused as unsafe: listening beyond loopback without --cert-file and --policy-file, or serving as a PostgreSQL superuser or schema owner, whose rights callers' statements would have")
+	fs.BoolVar(&c.Insecure, "insecure", c.Insecure, "allow what is refused as unsafe: listening beyond loopback without --cert-file and --policy-file, serving as a PostgreSQL superuser or schema owner, whose rights callers' statements would have, sending --redis-password in plain text beyond loopback, trusting files others may write (or a --key-file they may read), and dev's --etcd-listen beyond loopback")
 	fs.IntVar(&c.Redis.PoolSize, "redis-pool-size", c.Redis.PoolSize, "most Redis connections in the pool")
 	// Still accepted so that existing command lines keep working; nothing
 	// reads the deprecated redis.Config.CheckSlots, so the value is dropped.
@@ -217,6 +220,15 @@ func (c *serveConfig) check() error {
 		return err
 	}
 	if err := c.checkAddrs(); err != nil {
+		return err
+	}
+	if err := checkDSN("--postgres-dsn", c.PostgresDSN); err != nil {
+		return err
+	}
+	if err := checkDSN("--postgres-migrate-dsn", c.PostgresMigrateDSN); err != nil {
+		return err
+	}
+	if err := c.Deps.checkRedisAddrs(c.Insecure, [2]string{"--redis-addr", c.RedisAddr}, [2]string{"--redis-lease-addr", c.RedisLease.Addr}); err != nil {
 		return err
 	}
 	routes, err := election.ParseRoutes(c.TermSources)
@@ -307,7 +319,9 @@ func (c *serveConfig) checkAddrs() error {
 			return err
 		}
 	}
-	if err := addrflag.EtcdEndpoints("--etcd-endpoints", c.EtcdEndpoints); err != nil {
+	if err := addrflag.EtcdEndpoints("--etcd-endpoints", c.EtcdEndpoints); errors.Is(err, addrflag.ErrCredentials) {
+		return fmt.Errorf("%w (the password best as FENCEGATE_ETCD_PASSWORD, which ps does not show)", err)
+	} else if err != nil {
 		return err
 	}
 	for _, s := range c.zooKeeperServers() {
@@ -317,6 +331,19 @@ func (c *serveConfig) checkAddrs() error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// checkDSN refuses a PostgreSQL connection string that does not parse,
+// with the flag and the reason only: never the string, which may hold a
+// password that pgx's error would show (pgdsn).
+func checkDSN(flagName, dsn string) error {
+	if dsn == "" {
+		return nil
+	}
+	if _, err := pgxpool.ParseConfig(dsn); err != nil {
+		return fmt.Errorf("%s: %w", flagName, pgdsn.ParseError(err))
 	}
 	return nil
 }

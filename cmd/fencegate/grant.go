@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/proxy/postgres/pgdsn"
 )
 
 const grantSummary = `Let fencegate, logged in to PostgreSQL as the existing role --login, run
@@ -40,8 +41,7 @@ func runGrant(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	}
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		// pgx redacts the password in parse errors.
-		return usagef("invalid --postgres-dsn: %w", err)
+		return usagef("--postgres-dsn: %w", pgdsn.ParseError(err))
 	}
 	host := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
 	conn, err := pgx.ConnectConfig(ctx, cc)

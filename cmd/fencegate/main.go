@@ -14,6 +14,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 
 	"github.com/fencegate/fencegate/cmd/internal/suggest"
@@ -49,6 +50,15 @@ func main() {
 		os.Exit(code)
 	}
 }
+
+// holdSIGHUP catches SIGHUP for the rest of the process's life. serve
+// reloads on it while serving; at any other moment (starting, draining,
+// dev starting or removing its servers) Go's default action for it, which
+// serve's own signal.Stop brings back, would kill the process: a routine
+// logrotate or `systemctl reload` would abort a start or cut a drain
+// short. The channel is never read: a SIGHUP serve does not take is
+// dropped.
+var holdSIGHUP = sync.OnceFunc(func() { signal.Notify(make(chan os.Signal, 1), syscall.SIGHUP) })
 
 // exitStatus is fencegate's exit status after run returned err, which it
 // prints unless it was printed already: 2 for a mistake on the command

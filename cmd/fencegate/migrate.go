@@ -37,6 +37,9 @@ func runMigrate(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if dsn == "" {
 		return usagef("--postgres-dsn (or FENCEGATE_POSTGRES_DSN) is required: an admin's connection string")
 	}
+	if err := checkDSN("--postgres-dsn", dsn); err != nil {
+		return usage(err)
+	}
 	pg, err := postgres.Open(ctx, dsn, postgres.DefaultConfig())
 	if err != nil {
 		return err

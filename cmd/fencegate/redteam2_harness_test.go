@@ -221,6 +221,17 @@ func (p *rt2Proc) running() bool {
 // and waits for /readyz 200.
 func (e *rt2Env) startServe(t *testing.T, extra ...string) *rt2Proc {
 	t.Helper()
+	p, refused := e.tryServe(t, extra...)
+	if p == nil {
+		t.Fatalf("serve exited: %s", refused)
+	}
+	return p
+}
+
+// tryServe is startServe, for a serve that may refuse to start: the
+// process once ready, or nil and how it exited with what it said.
+func (e *rt2Env) tryServe(t *testing.T, extra ...string) (*rt2Proc, string) {
+	t.Helper()
 	bin := rt2Binary(t)
 	p := &rt2Proc{
 		grpc: freeport.Addr(t), http: freeport.Addr(t), pg: freeport.Addr(t), resp: freeport.Addr(t), metr: freeport.Addr(t),
@@ -257,10 +268,10 @@ func (e *rt2Env) startServe(t *testing.T, extra ...string) *rt2Proc {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if code, _ := rt2Get("http://" + p.http + "/readyz"); code == 200 {
-			return p
+			return p, ""
 		}
 		if !p.running() {
-			t.Fatalf("serve exited: %v\n%s", p.exitErr, p.log())
+			return nil, fmt.Sprintf("%v\n%s", p.exitErr, p.log())
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("serve not ready after 60s\n%s", p.log())

@@ -4,8 +4,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
+	"os"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -101,22 +103,33 @@ type security struct {
 	authn  *auth.Authenticator // always set; Required() says whether it refuses
 	policy *policy.Store       // nil without --policy-file
 	audit  *audit.Log          // nil without --audit-log
+	// fileCheck judges each file above before it is read, at start and
+	// at every reload (checkFileMode).
+	fileCheck func(flag, path string) error
 }
 
 // newSecurity loads the certificates, token file and audit log, each
 // failing start-up with one line naming the flag and file; loadPolicy
-// follows once the backends are open.
-func newSecurity(c securityConfig, log *slog.Logger, reg prometheus.Registerer) (*security, error) {
-	s := &security{}
+// follows once the backends are open. insecure lets files others may
+// change through, with a warning.
+func newSecurity(c securityConfig, insecure bool, log *slog.Logger, reg prometheus.Registerer) (*security, error) {
+	s := &security{fileCheck: func(flagName, path string) error {
+		err := checkFileMode(flagName, path)
+		if err != nil && insecure {
+			log.Warn("using a file others may change or read, as --insecure allows", "err", err)
+			return nil
+		}
+		return err
+	}}
 	var err error
 	s.tls, err = auth.NewServerTLS(auth.TLSFiles{
 		CertFile: c.CertFile, KeyFile: c.KeyFile, TrustedCAFile: c.TrustedCAFile, MinVersion: c.TLSMinVersion,
 		ClientCertOptional: c.TokenAuthFile != "",
-	}, log, auth.WithRegisterer(reg))
+	}, log, auth.WithRegisterer(reg), auth.WithFileCheck(s.fileCheck))
 	if err != nil {
 		return nil, err
 	}
-	s.authn, err = auth.NewAuthenticator(c.TrustedCAFile != "", c.TokenAuthFile, log, auth.WithRegisterer(reg))
+	s.authn, err = auth.NewAuthenticator(c.TrustedCAFile != "", c.TokenAuthFile, log, auth.WithRegisterer(reg), auth.WithFileCheck(s.fileCheck))
 	if err != nil {
 		return nil, err
 	}
@@ -136,11 +149,65 @@ func (s *security) loadPolicy(c securityConfig, log *slog.Logger, reg prometheus
 		return nil
 	}
 	var err error
-	s.policy, err = policy.NewStore(c.PolicyFile, policy.StoreOptions{Logger: log, Registerer: reg, Check: check})
+	s.policy, err = policy.NewStore(c.PolicyFile, policy.StoreOptions{
+		Logger: log, Registerer: reg, Check: check,
+		FileCheck: func(path string) error { return s.fileCheck("--policy-file", path) },
+	})
+	var me *fileModeError
+	if errors.As(err, &me) {
+		return err // names the flag already
+	}
 	if err != nil {
 		return fmt.Errorf("--policy-file %w", err)
 	}
 	return nil
+}
+
+// checkFileMode refuses a file that decides whom fencegate trusts when
+// users other than its owner may change it: writable by group or others,
+// anyone of them could add a token, a rule or a CA (sshd's StrictModes).
+// The private key (--key-file) may not be read by others either. A file
+// that cannot be stat'ed is the read's to report.
+func checkFileMode(flagName, path string) error {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil
+	}
+	perm := fi.Mode().Perm()
+	e := &fileModeError{flag: flagName, path: path, perm: perm, fix: "go-w"}
+	if flagName == "--key-file" {
+		e.fix = "g-w,o-rwx"
+	}
+	switch {
+	case perm&0o022 != 0:
+		return e
+	case e.fix != "go-w" && perm&0o007 != 0:
+		e.readable = true
+		return e
+	}
+	return nil
+}
+
+// fileModeError is a file checkFileMode refuses.
+type fileModeError struct {
+	flag, path string
+	perm       fs.FileMode
+	readable   bool // a secret others may read (else: others may write it)
+	fix        string
+}
+
+func (e *fileModeError) Error() string {
+	if e.readable {
+		return fmt.Sprintf("%s %s is readable by others (mode %04o), and it is a private key: chmod %s %s", e.flag, e.path, uint32(e.perm), e.fix, e.path)
+	}
+	who := "group and others"
+	switch e.perm & 0o022 {
+	case 0o020:
+		who = "group"
+	case 0o002:
+		who = "others"
+	}
+	return fmt.Sprintf("%s %s is writable by %s (mode %04o), who could change what fencegate trusts: chmod %s %s", e.flag, e.path, who, uint32(e.perm), e.fix, e.path)
 }
 
 // reload is SIGHUP: certificates, token file and policy are re-read, the

@@ -48,6 +48,7 @@ and HTTP/JSON, and apply them to PostgreSQL and/or Redis. At least one backend
 is required.`
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	holdSIGHUP()
 	cfg := defaultServeConfig()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	cfg.register(fs, true)
@@ -94,6 +95,11 @@ func (l goRedisLog) Printf(ctx context.Context, format string, v ...any) {
 // serve runs the gateway until ctx is cancelled, then drains and stops.
 // started, when not nil, is called once both listeners are up.
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func()) error {
+	// SIGHUP asks for a reload; one that comes while starting is acted on
+	// once serving, one while draining is dropped (holdSIGHUP).
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	defer signal.Stop(hup)
 	if err := cfg.validate(); err != nil {
 		return err
 	}
@@ -112,7 +118,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 	}
 
 	reg := prometheus.NewRegistry()
-	sec, err := newSecurity(cfg.Security, log, reg)
+	sec, err := newSecurity(cfg.Security, cfg.Insecure, log, reg)
 	if err != nil {
 		return err
 	}
@@ -500,9 +506,6 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		g.Go(func() error { return sec.policy.Run(gctx) })
 	}
 	g.Go(func() error {
-		hup := make(chan os.Signal, 1)
-		signal.Notify(hup, syscall.SIGHUP)
-		defer signal.Stop(hup)
 		for {
 			select {
 			case <-gctx.Done():

@@ -49,6 +49,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/election"
+	"github.com/fencegate/fencegate/proxy/postgres/pgdsn"
 )
 
 // Defaults of Config.
@@ -129,7 +130,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	pc, err := pgxpool.ParseConfig(cfg.DSN)
 	if err != nil {
-		return nil, fmt.Errorf("pgterm: invalid DSN: %w", err)
+		return nil, fmt.Errorf("pgterm: invalid DSN: %w", pgdsn.ParseError(err))
 	}
 	pc.MaxConns = 2
 	pc.ConnConfig.RuntimeParams["application_name"] = "fencegate-term-source"

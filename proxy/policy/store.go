@@ -33,6 +33,12 @@ type StoreOptions struct {
 	// could not decide (the database did not answer), and Run tries the same
 	// file again at every poll until it loads.
 	Check func(*Policy) error
+	// FileCheck, when set, judges the file before each read (its mode,
+	// say). An error refuses the file as one that cannot be read: the
+	// first load fails with it, a reload keeps the policy in force, and
+	// Run tries again at every check, so a file made acceptable (chmod) is
+	// loaded without a change to its content.
+	FileCheck func(path string) error
 }
 
 // ErrRefused marks an error of StoreOptions.Check that refuses the policy
@@ -80,12 +86,13 @@ type attempt struct {
 // Store holds the policy in force and replaces it when the file changes.
 // Policy is a single atomic load, so readers never wait for a reload.
 type Store struct {
-	path     string
-	log      *slog.Logger
-	check    func(*Policy) error
-	interval time.Duration
-	cur      atomic.Pointer[Policy]
-	m        storeMetrics
+	path      string
+	log       *slog.Logger
+	check     func(*Policy) error
+	fileCheck func(path string) error
+	interval  time.Duration
+	cur       atomic.Pointer[Policy]
+	m         storeMetrics
 
 	mu   sync.Mutex        // serializes loads (Reload and Run)
 	seen [sha256.Size]byte // content last tried (zero: unreadable)
@@ -104,10 +111,11 @@ func NewStore(path string, opts StoreOptions) (*Store, error) {
 		return nil, fmt.Errorf("policy: interval %v: must not be negative", opts.Interval)
 	}
 	s := &Store{
-		path:     path,
-		log:      opts.Logger,
-		check:    opts.Check,
-		interval: opts.Interval,
+		path:      path,
+		log:       opts.Logger,
+		check:     opts.Check,
+		fileCheck: opts.FileCheck,
+		interval:  opts.Interval,
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -207,6 +215,11 @@ func (s *Store) poll() {
 // read reads the file and sums its content; the zero sum stands for a file
 // that cannot be read.
 func (s *Store) read() ([]byte, [sha256.Size]byte, error) {
+	if s.fileCheck != nil {
+		if err := s.fileCheck(s.path); err != nil {
+			return nil, [sha256.Size]byte{}, err
+		}
+	}
 	data, err := readFile(s.path)
 	if err != nil {
 		return nil, [sha256.Size]byte{}, err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/proxy/coalesce"
+	"github.com/fencegate/fencegate/proxy/postgres/pgdsn"
 	"github.com/fencegate/fencegate/proxy/postgres/sqlcheck"
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -82,8 +83,9 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
 	}
 	pc, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
-		// pgx redacts the password in parse errors.
-		return nil, fmt.Errorf("postgres: invalid DSN: %w", err)
+		// Never pgx's error: it quotes the DSN, and masks only the
+		// password shapes it recognises.
+		return nil, fmt.Errorf("postgres: invalid DSN: %w", pgdsn.ParseError(err))
 	}
 	cc := pc.ConnConfig
 	host := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
@@ -96,6 +98,7 @@ func Open(ctx context.Context, dsn string, cfg Config) (*Backend, error) {
 	// hide SQL from the check. A batch that changes it closes its
 	// connection (reportedParams).
 	cc.RuntimeParams["standard_conforming_strings"] = "on"
+	cc.BuildFrontend = limitFrontend(cc.BuildFrontend, maxMessageLen(cfg.MaxResultBytes))
 	// Prepared and cached statements: a repeated write is one round trip.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheStatement
 
@@ -216,7 +219,7 @@ func (b *Backend) Migrate(ctx context.Context) error {
 func MigrateDSN(ctx context.Context, dsn string, runtimeRoles ...string) error {
 	cc, err := pgx.ParseConfig(dsn)
 	if err != nil {
-		return fmt.Errorf("postgres: invalid DSN: %w", err)
+		return fmt.Errorf("postgres: invalid DSN: %w", pgdsn.ParseError(err))
 	}
 	host := net.JoinHostPort(cc.Host, strconv.Itoa(int(cc.Port)))
 	if err := migrate(ctx, cc, host); err != nil {

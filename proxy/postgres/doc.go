@@ -79,7 +79,16 @@
 //   - Statements a connection has not prepared yet are prepared (one extra
 //     round trip) before the batch runs, so a statement cannot use a table
 //     created by an earlier statement of the same write: create it in an
-//     earlier write.
+//     earlier write. Parsing runs code (a literal's input function, a
+//     domain's CHECK), so a caller's statement is parsed only after its
+//     write's fence check, as its role, in a transaction that then rolls
+//     back: a stale write is refused before anything of it is parsed, and
+//     what parsing ran is undone (the write runs the check again).
+//   - Each message read from the server is bounded (4 × MaxResultBytes +
+//     1 MiB, at least 8 MiB): one over it (an error quoting megabytes of
+//     input) closes the connection unread; an error refuses the write
+//     with STATEMENT_FAILED, rolled back, anything else with
+//     BACKEND_UNAVAILABLE and an unknown outcome.
 //   - Read-your-writes across the batch is normal transaction semantics;
 //     nothing beyond it. Tokens are int64 in the database: tokens above
 //     2^63-1 are refused as invalid.

@@ -101,20 +101,24 @@ func (b *Backend) runBatch(calls []*call) {
 // at: where it was reported, the server's message, its SQLSTATE and its
 // detail, once each ("statement 2: division by zero (SQLSTATE 22012)").
 func serverSaid(at int, pgErr *pgconn.PgError) string {
-	var where string
-	switch {
-	case at >= 0:
-		where = "statement " + strconv.Itoa(at) + ": "
-	case at == atAdvance:
-		where = "the fence check: "
-	case at == atCommit:
-		where = "commit: "
-	}
-	msg := where + pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
+	msg := where(at) + pgErr.Message + " (SQLSTATE " + pgErr.Code + ")"
 	if pgErr.Detail != "" {
 		msg += ": " + pgErr.Detail
 	}
 	return msg
+}
+
+// where is the prefix of a refusal's message that says where at is.
+func where(at int) string {
+	switch {
+	case at >= 0:
+		return "statement " + strconv.Itoa(at) + ": "
+	case at == atAdvance:
+		return "the fence check: "
+	case at == atCommit:
+		return "commit: "
+	}
+	return ""
 }
 
 // refusal turns the error of write c into its refusal. at is where it was
@@ -186,6 +190,26 @@ func refusalOf(host, fence string, t tokens.Token, role string, at int, err erro
 		}
 		if at >= 0 {
 			r.Metadata["statement"] = strconv.Itoa(at)
+		}
+		return r
+	}
+	var big *messageTooLargeError
+	if errors.As(err, &big) {
+		r.Err = nil // said in the message
+		r.Msg = where(at) + big.Error()
+		switch {
+		case big.rolledBack():
+			r.Reason = tokens.ReasonStatementFailed
+			r.Msg += "; the write was rolled back"
+			if at >= 0 {
+				r.Metadata = map[string]string{"statement": strconv.Itoa(at)}
+			}
+		case sent:
+			r.Reason = tokens.ReasonBackendUnavailable
+			r.Msg += ", and the write may yet be applied"
+			r.Metadata = map[string]string{"outcome": "unknown"}
+		default:
+			r.Reason = tokens.ReasonBackendUnavailable
 		}
 		return r
 	}

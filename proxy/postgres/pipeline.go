@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -278,7 +279,8 @@ func (b *Backend) exec(ctx context.Context, conn *pgx.Conn, calls []*call) {
 			// server sent (a FATAL: terminated, shut down), it ran none of
 			// the rest; otherwise they may have committed.
 			var txs *txStateError
-			if errors.As(err, &txs) {
+			var big *messageTooLargeError
+			if errors.As(err, &txs) || errors.As(err, &big) {
 				err = errOutOfStep
 			}
 			for _, rest := range sent[i+1:] {
@@ -309,39 +311,105 @@ func isCancel(err error) bool {
 }
 
 // prepare prepares the statements of calls that conn has not prepared yet,
-// each in its own Sync so one bad statement fails only the writes that use
-// it. It returns the calls that can go on; the others are finished.
+// in one round trip. It returns the calls that can go on; the others are
+// finished.
+//
+// fencegate's fence checks are prepared as its login, each in a Sync of its
+// own: their text is fencegate's, and parsing it runs nothing. A caller's
+// statements are not: PostgreSQL's parse analysis converts a literal with
+// its type's input function (an array of a domain runs the domain's CHECK,
+// which may call any function), so a Parse of a caller's statement is part
+// of its write, fenced and as its role. Each call with statements to
+// prepare gets a segment of its own: BEGIN, its fence check (which sets its
+// role), Parse and Describe of those statements, Sync, then ROLLBACK and
+// Sync. A check that fails refuses the call as its write would be, and
+// nothing of it is parsed. The rollback undoes what the parse ran and the
+// check's raise of the mark (the write's own transaction checks again);
+// prepared statements outlive it. A statement two calls use is prepared in
+// the first one's segment; if that fails, a next round prepares it in a
+// segment of the next call's, so one call's refusal or bad statement fails
+// only that call.
 func (b *Backend) prepare(ctx context.Context, conn *pgx.Conn, st *connState, calls []*call) []*call {
-	var todo []*pgconn.StatementDescription
-	want := func(sql string) {
-		if st.lookup(sql) != nil {
-			return
+	for {
+		var checks []*pgconn.StatementDescription
+		var segs []prepSegment
+		var queued map[string]bool // made once something is: none in the steady state
+		queue := func(sql string) bool {
+			if queued[sql] || st.lookup(sql) != nil {
+				return false
+			}
+			if queued == nil {
+				queued = make(map[string]bool)
+			}
+			queued[sql] = true
+			return true
 		}
-		for _, sd := range todo {
-			if sd.SQL == sql {
-				return
+		for _, c := range calls {
+			if sql := c.advanceSQL(); queue(sql) {
+				checks = append(checks, &pgconn.StatementDescription{Name: st.newName(), SQL: sql})
+			}
+			seg := prepSegment{c: c}
+			for _, s := range c.stmts {
+				if !queue(s.SQL) {
+					continue
+				}
+				seg.sds = append(seg.sds, &pgconn.StatementDescription{Name: st.newName(), SQL: s.SQL})
+			}
+			if len(seg.sds) > 0 {
+				segs = append(segs, seg)
 			}
 		}
-		todo = append(todo, &pgconn.StatementDescription{Name: st.newName(), SQL: sql})
-	}
-	for _, c := range calls {
-		want(c.advanceSQL())
-		for _, s := range c.stmts {
-			want(s.SQL)
+		if len(checks) == 0 && len(segs) == 0 {
+			return calls
 		}
+		calls = b.prepareRound(ctx, conn, st, calls, checks, segs)
 	}
-	if len(todo) == 0 {
-		return calls
-	}
+}
 
+// prepSegment is the statements one call prepares after its fence check.
+type prepSegment struct {
+	c   *call
+	sds []*pgconn.StatementDescription
+}
+
+// prepareRound sends checks and segs in one pipeline and reads their
+// answers. It returns the calls of calls still to run; a round leaves the
+// first call with a segment either finished or with all its statements
+// prepared, so prepare's rounds end.
+func (b *Backend) prepareRound(ctx context.Context, conn *pgx.Conn, st *connState, calls []*call,
+	checks []*pgconn.StatementDescription, segs []prepSegment,
+) []*call {
 	p := conn.PgConn().StartPipeline(ctx)
-	for _, sd := range todo {
-		p.SendPrepare(sd.Name, b.sendText(sd.SQL), nil)
+	for _, sd := range checks {
+		p.SendPrepare(sd.Name, sd.SQL, nil)
 		p.SendPipelineSync()
 	}
-	failed := make(map[string]error)
+	for _, seg := range segs {
+		p.SendQueryParams("BEGIN", nil, nil, nil, nil)
+		// Text parameters: the check's are typed in its text, and its
+		// description may be in this very pipeline.
+		c := seg.c
+		args := [][]byte{[]byte(c.fence), strconv.AppendUint(nil, uint64(c.token), 10)}
+		if c.role != "" {
+			args = append(args, []byte(c.role))
+		}
+		p.SendQueryPrepared(checkName(st, checks, c.advanceSQL()), args, nil, nil)
+		for _, sd := range seg.sds {
+			p.SendPrepare(sd.Name, b.sendText(sd.SQL), nil)
+		}
+		p.SendPipelineSync()
+		// In a block of its own: in the implicit transaction PostgreSQL
+		// warns (and logs) that none is in progress.
+		p.SendQueryParams("ROLLBACK", nil, nil, nil, nil)
+		p.SendPipelineSync()
+	}
+
+	failedCheck := make(map[string]error)
+	finished := make(map[*call]bool)
+	at := atAdvance
+	var cur *call // the call whose segment is being read
 	err := p.Flush()
-	for _, sd := range todo {
+	for _, sd := range checks {
 		if err != nil {
 			break
 		}
@@ -349,50 +417,159 @@ func (b *Backend) prepare(ctx context.Context, conn *pgx.Conn, st *connState, ca
 		res, err = p.GetResults()
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && !conn.PgConn().IsClosed() {
-			failed[sd.SQL] = err
+			failedCheck[sd.SQL] = err
 			err = nil
-			// Parse may have succeeded and Describe failed.
 			st.evicted = append(st.evicted, sd.Name)
 		} else if err == nil {
-			got, ok := res.(*pgconn.StatementDescription)
-			if !ok {
-				err = fmt.Errorf("prepare: got %T, want a statement description", res)
-				break
-			}
-			sd.ParamOIDs, sd.Fields = got.ParamOIDs, got.Fields
-			st.add(sd)
+			err = describe(st, sd, res)
 		}
 		if err == nil {
 			err = expectSync(p)
 		}
 	}
+	for _, seg := range segs {
+		if err != nil {
+			break
+		}
+		cur = seg.c
+		var segErr error
+		at, segErr, err = readPrepSegment(conn, p, st, seg)
+		if segErr == nil {
+			continue
+		}
+		finished[seg.c] = true
+		if cerr := failedCheck[seg.c.advanceSQL()]; cerr != nil {
+			// The check's own Parse failed: its Bind could not run.
+			segErr, at = cerr, atAdvance
+		}
+		seg.c.finish(nil, b.refusal(seg.c, at, segErr, false))
+	}
 	if cerr := p.Close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	if err != nil {
-		// Nothing of the writes was sent.
+		// The connection is gone or out of step. Nothing of a prepare
+		// commits: each segment ends in ROLLBACK, or the server rolls it
+		// back when the connection ends.
+		closeConn(conn)
 		for _, c := range calls {
-			c.finish(nil, b.refusal(c, atAdvance, err, false))
+			if finished[c] {
+				continue
+			}
+			cat := atAdvance
+			if c == cur {
+				cat = at
+			}
+			c.finish(nil, b.refusal(c, cat, err, false))
 		}
 		return nil
 	}
 
 	ok := calls[:0]
-outer:
 	for _, c := range calls {
-		if err := failed[c.advanceSQL()]; err != nil {
-			c.finish(nil, b.refusal(c, atAdvance, err, false))
+		if finished[c] {
 			continue
 		}
-		for i, s := range c.stmts {
-			if err := failed[s.SQL]; err != nil {
-				c.finish(nil, b.refusal(c, i, err, false))
-				continue outer
-			}
+		if cerr := failedCheck[c.advanceSQL()]; cerr != nil {
+			c.finish(nil, b.refusal(c, atAdvance, cerr, false))
+			continue
 		}
 		ok = append(ok, c)
 	}
 	return ok
+}
+
+// checkName is the name of the prepared fence check sql: cached on the
+// connection, or among checks, prepared in the same pipeline.
+func checkName(st *connState, checks []*pgconn.StatementDescription, sql string) string {
+	if sd := st.lookup(sql); sd != nil {
+		return sd.Name
+	}
+	for _, sd := range checks {
+		if sd.SQL == sql {
+			return sd.Name
+		}
+	}
+	return ""
+}
+
+// describe caches sd with the description res the server gave of it.
+func describe(st *connState, sd *pgconn.StatementDescription, res any) error {
+	got, ok := res.(*pgconn.StatementDescription)
+	if !ok {
+		return fmt.Errorf("prepare: got %T, want a statement description", res)
+	}
+	sd.ParamOIDs, sd.Fields = got.ParamOIDs, got.Fields
+	st.add(sd)
+	return nil
+}
+
+// readPrepSegment reads the answers to one call's segment of a prepare
+// (see prepare). segErr is the server's refusal of the call, at is where
+// (atAdvance, or the index of the statement whose Parse or Describe
+// failed); err means the connection is gone or out of step.
+func readPrepSegment(conn *pgx.Conn, p *pgconn.Pipeline, st *connState, seg prepSegment) (at int, segErr, err error) {
+	at = atAdvance
+	serr := func() error {
+		for range 2 { // BEGIN, the check
+			res, err := p.GetResults()
+			if err != nil {
+				return err
+			}
+			rr, err := asResult(res)
+			if err != nil {
+				return err
+			}
+			if _, err := rr.Close(); err != nil {
+				return err
+			}
+		}
+		for _, sd := range seg.sds {
+			at = slices.IndexFunc(seg.c.stmts, func(s Statement) bool { return s.SQL == sd.SQL })
+			res, err := p.GetResults()
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) {
+				// Parse may have succeeded and Describe failed.
+				st.evicted = append(st.evicted, sd.Name)
+			}
+			if err != nil {
+				return err
+			}
+			if err := describe(st, sd, res); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	var pgErr *pgconn.PgError
+	switch {
+	case serr == nil:
+	case errors.As(serr, &pgErr) && !conn.PgConn().IsClosed():
+		segErr = serr // the server skips to the Sync
+	default:
+		return at, nil, serr
+	}
+	if err := expectSync(p); err != nil {
+		return at, segErr, err
+	}
+	res, err := p.GetResults()
+	if err != nil {
+		return at, segErr, err
+	}
+	rr, err := asResult(res)
+	if err != nil {
+		return at, segErr, err
+	}
+	if _, err := rr.Close(); err != nil {
+		return at, segErr, err
+	}
+	if err := expectSync(p); err != nil {
+		return at, segErr, err
+	}
+	if s := conn.PgConn().TxStatus(); s != 'I' {
+		return at, segErr, fmt.Errorf("prepare: the session is in transaction state %q after ROLLBACK, not idle", s)
+	}
+	return at, segErr, nil
 }
 
 // expectSync reads the end of a Sync segment.

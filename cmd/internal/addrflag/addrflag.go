@@ -13,7 +13,7 @@ import (
 // when dialled). example is shown as the form wanted.
 func HostPort(name, v, example string) error {
 	if err := hostPort(v); err != nil {
-		return fmt.Errorf("%s %q: %w; want host:port such as %s", name, v, err, example)
+		return fmt.Errorf("%s %q: %w; want host:port such as %s", name, Redact(v), err, example)
 	}
 	return nil
 }
@@ -25,7 +25,7 @@ func HostPortOrSocket(name, v, example string) error {
 		return nil
 	}
 	if err := hostPort(v); err != nil {
-		return fmt.Errorf("%s %q: %w; want host:port such as %s, or a Unix socket's absolute path", name, v, err, example)
+		return fmt.Errorf("%s %q: %w; want host:port such as %s, or a Unix socket's absolute path", name, Redact(v), err, example)
 	}
 	return nil
 }
@@ -38,8 +38,10 @@ func EtcdEndpoints(name, v string) error {
 		if e = strings.TrimSpace(e); e == "" {
 			continue
 		}
-		if err := etcdEndpoint(e); err != nil {
-			return fmt.Errorf("%s: endpoint %q: %w; want host:port or a URL such as https://127.0.0.1:2379", name, e, err)
+		if err := etcdEndpoint(e); errors.Is(err, ErrCredentials) {
+			return fmt.Errorf("%s: endpoint %q: %w: give them as --etcd-user and --etcd-password", name, Redact(e), err)
+		} else if err != nil {
+			return fmt.Errorf("%s: endpoint %q: %w; want host:port or a URL such as https://127.0.0.1:2379", name, Redact(e), err)
 		}
 	}
 	return nil
@@ -49,7 +51,7 @@ func EtcdEndpoints(name, v string) error {
 // host:port and nothing after it, such as an etcd listen URL.
 func HTTPURL(name, v, example string) error {
 	if err := httpURL(v); err != nil {
-		return fmt.Errorf("%s %q: %w; want a URL such as %s", name, v, err, example)
+		return fmt.Errorf("%s %q: %w; want a URL such as %s", name, Redact(v), err, example)
 	}
 	return nil
 }
@@ -80,8 +82,17 @@ func checkPort(port string) error {
 	return nil
 }
 
+// ErrCredentials is an etcd endpoint with a user name or password in it,
+// which etcd's client does not use (it takes them apart, as
+// clientv3.Config's Username and Password), and which would be shown
+// wherever the endpoint is.
+var ErrCredentials = errors.New("a user name or password in it, which etcd's client does not use")
+
 func etcdEndpoint(e string) error {
 	if !strings.Contains(e, "://") {
+		if strings.Contains(e, "@") {
+			return ErrCredentials
+		}
 		return hostPort(e)
 	}
 	u, err := url.Parse(e)
@@ -90,6 +101,9 @@ func etcdEndpoint(e string) error {
 	}
 	switch u.Scheme {
 	case "http", "https":
+		if u.User != nil {
+			return ErrCredentials
+		}
 		if u.Host == "" {
 			return errors.New("no host")
 		}
@@ -126,6 +140,26 @@ func httpURL(v string) error {
 		return err
 	}
 	return nil
+}
+
+// Redact is v with what may be a password masked: whatever stands between
+// a scheme's "://" (or the start) and the last '@' (a user name followed by
+// ':' stays), as url.URL.Redacted does for a URL that parses, and as it
+// cannot for one that does not. A value without '@' is returned as is.
+func Redact(v string) string {
+	at := strings.LastIndex(v, "@")
+	if at < 0 {
+		return v
+	}
+	start := 0
+	if i := strings.Index(v, "://"); i >= 0 && i < at {
+		start = i + len("://")
+	}
+	userinfo := "xxxxx"
+	if user, _, ok := strings.Cut(v[start:at], ":"); ok {
+		userinfo = user + ":xxxxx"
+	}
+	return v[:start] + userinfo + v[at:]
 }
 
 // reason is the cause err gives, without the value it repeats: net's

@@ -182,7 +182,9 @@ func depthOf(sql string, limit int) (depth, pos int) {
 		case c >= '0' && c <= '9' || c == '.' && i+1 < len(sql) && sql[i+1] >= '0' && sql[i+1] <= '9':
 			// Letters after digits are junk to PostgreSQL 17's scanner:
 			// an error, whatever they spell.
-			for i++; i < len(sql) && (isIdentCont(sql[i]) && sql[i] != '$' || sql[i] == '.'); i++ {
+			i++
+			for i < len(sql) && (isIdentCont(sql[i]) && sql[i] != '$' || sql[i] == '.') {
+				i++
 			}
 		case c == '.':
 			i++

@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/reflect/protoreflect"
 )
 
-// nest repeats open n times around mid, then close n times.
-func nest(pre, open, mid, close string, n int) string {
-	return pre + strings.Repeat(open, n) + mid + strings.Repeat(close, n)
+// nest repeats open n times around mid, then end n times.
+func nest(pre, open, mid, end string, n int) string {
+	return pre + strings.Repeat(open, n) + mid + strings.Repeat(end, n)
 }
 
 // deepShapes build statements that nest one level of the parse tree, or

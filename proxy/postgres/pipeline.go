@@ -512,15 +512,7 @@ func readPrepSegment(conn *pgx.Conn, p *pgconn.Pipeline, st *connState, seg prep
 	at = atAdvance
 	serr := func() error {
 		for range 2 { // BEGIN, the check
-			res, err := p.GetResults()
-			if err != nil {
-				return err
-			}
-			rr, err := asResult(res)
-			if err != nil {
-				return err
-			}
-			if _, err := rr.Close(); err != nil {
+			if err := skipResult(p); err != nil {
 				return err
 			}
 		}
@@ -552,15 +544,7 @@ func readPrepSegment(conn *pgx.Conn, p *pgconn.Pipeline, st *connState, seg prep
 	if err := expectSync(p); err != nil {
 		return at, segErr, err
 	}
-	res, err := p.GetResults()
-	if err != nil {
-		return at, segErr, err
-	}
-	rr, err := asResult(res)
-	if err != nil {
-		return at, segErr, err
-	}
-	if _, err := rr.Close(); err != nil {
+	if err := skipResult(p); err != nil { // ROLLBACK
 		return at, segErr, err
 	}
 	if err := expectSync(p); err != nil {
@@ -656,15 +640,7 @@ func readWrite(conn *pgx.Conn, p *pgconn.Pipeline, c *call) (results []Result, a
 	results = make([]Result, len(c.stmts))
 	var undecodable error
 	err = func() error {
-		res, err := p.GetResults()
-		if err != nil {
-			return err
-		}
-		rr, err := asResult(res)
-		if err != nil {
-			return err
-		}
-		if _, err := rr.Close(); err != nil {
+		if err := skipResult(p); err != nil { // the check
 			return err
 		}
 		for i := range c.stmts {
@@ -756,6 +732,21 @@ func asResult(res any) (*pgconn.ResultReader, error) {
 		return rr, nil
 	}
 	return nil, fmt.Errorf("pipeline: got %T, want a statement's result", res)
+}
+
+// skipResult reads the next statement's result in p and drops it: its
+// error, if it failed.
+func skipResult(p *pgconn.Pipeline) error {
+	res, err := p.GetResults()
+	if err != nil {
+		return err
+	}
+	rr, err := asResult(res)
+	if err != nil {
+		return err
+	}
+	_, err = rr.Close()
+	return err
 }
 
 // readResult reads one statement's rows and command tag into res.

@@ -38,6 +38,17 @@
 // locks no row, advance judges the token by the mark it reads and raises
 // none.
 //
+// The first-statement rule does not see a savepoint set before the check:
+// a transaction that runs the check inside one and then rolls back to it
+// loses the check's row lock, or swallows its refusal, and writes on
+// unfenced (red team 24, 2026-11-29). A subtransaction has no id of its
+// own until it writes, so PL/pgSQL cannot tell it apart cheaply. The
+// check's callers close the gap instead: the SQL Exec path runs it as the
+// transaction's first statement, and the PostgreSQL listener puts it in
+// front of a client's SAVEPOINT (only BEGIN, START TRANSACTION and SET
+// TRANSACTION come before it). A login of fencegate_runtime calling
+// advance by hand can do this, as it can call advance with any token.
+//
 // From version 8 the PostgreSQL listener's check is advance_session(fence,
 // token), which anyone may run and which checks only the fence its session
 // is bound to (table fencegate.sessions, written only by bind_session and

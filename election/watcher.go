@@ -47,9 +47,12 @@ type WatcherConfig struct {
 	// call Term and Terms.
 	OnChange func(prev, next Term)
 	// CheckInterval is how often Run asks etcd to confirm that the watch is
-	// alive (a progress request); a watch that stays silent for one more
-	// interval after a request is considered lost, Synced turns false and
-	// the prefix is listed again. Default 2s.
+	// alive (a progress request, after a linearizable read of etcd's
+	// revision); a watch that stays silent for one more interval after a
+	// request, or whose progress is below that revision (its member cut
+	// off from the cluster's quorum answers from what it has), is
+	// considered lost, Synced turns false and the prefix is listed again.
+	// Default 2s.
 	CheckInterval time.Duration
 }
 
@@ -288,6 +291,11 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 	check := time.NewTicker(w.checkInterval)
 	defer check.Stop()
 	heard := true // anything received since the last progress request
+	// behind is the cluster's revision read (linearizable) before the
+	// last progress request, until the watch shows it is there: a member
+	// cut off from the cluster answers progress requests from what it
+	// has, so a watch on it is stale, not silent. 0: none pending.
+	var behind int64
 	for {
 		select {
 		case <-ctx.Done():
@@ -300,12 +308,18 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 				return errWatchLost
 			}
 			heard = true
+			if behind > 0 && wr.Header.Revision >= behind {
+				behind = 0
+			}
 			switch {
 			case wr.CompactRevision != 0:
 				return fmt.Errorf("watch compacted at revision %d", wr.CompactRevision)
 			case wr.Canceled || wr.Err() != nil:
 				return fmt.Errorf("watch canceled: %w", wr.Err())
 			case wr.IsProgressNotify():
+				if behind > 0 {
+					return fmt.Errorf("watch's etcd member is behind the cluster (revision %d, the cluster's %d): cut off from it?", wr.Header.Revision, behind)
+				}
 				w.applyProgress(wr.Header.Revision)
 			default:
 				w.applyEvents(wr.Events, listRev)
@@ -319,15 +333,39 @@ func (w *Watcher) session(ctx context.Context, onSynced func()) error {
 				return fmt.Errorf("watch silent for %v after a progress request", w.checkInterval)
 			}
 			heard = false
-			// The stream blocks progress requests while it reconnects.
+			// The cluster's revision now, read with its quorum (from
+			// this member or another): the progress answered next must
+			// be at it. A member without a quorum answers no such read.
 			rctx, cancel := context.WithTimeout(wctx, w.checkInterval)
-			err := watcher.RequestProgress(rctx)
+			rev, err := w.clusterRevision(rctx)
+			if err != nil {
+				cancel()
+				if ctx.Err() != nil {
+					return ctx.Err()
+				}
+				return fmt.Errorf("etcd's revision, read with its quorum: %w", err)
+			}
+			if behind == 0 {
+				behind = rev
+			}
+			// The stream blocks progress requests while it reconnects.
+			err = watcher.RequestProgress(rctx)
 			cancel()
 			if err != nil && ctx.Err() == nil {
 				return fmt.Errorf("watch progress request: %w", err)
 			}
 		}
 	}
+}
+
+// clusterRevision is etcd's revision, read linearizably: as the cluster's
+// quorum has it.
+func (w *Watcher) clusterRevision(ctx context.Context) (int64, error) {
+	resp, err := w.client.Get(ctx, w.root, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, err
+	}
+	return resp.Header.Revision, nil
 }
 
 // applyList replaces the candidates with a full list of the prefix taken at

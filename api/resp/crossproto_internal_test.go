@@ -6,7 +6,7 @@ import "testing"
 // in any case; no command of Redis's is among them.
 func TestCrossProtocol(t *testing.T) {
 	for name, want := range map[string]bool{
-		"POST": true, "post": true, "Host:": true, "HOST:": true,
+		"POST": true, "post": true, "Host:": true, "HOST:": true, "PRI": true,
 		"GET": false, "HOST": false, "SET": false, "PUBLISH": false,
 	} {
 		if got := crossProtocol(name); got != want {

@@ -142,8 +142,23 @@ func New(gw *proxy.Gateway, cfg Config) (*Server, error) {
 	if cfg.TLS != nil {
 		// Redis clients negotiate no ALPN protocol; the HTTP ones of the
 		// shared config would be wrong here.
-		cfg.TLS = cfg.TLS.Clone()
+		// Nor the ones a config for each handshake carries (auth's
+		// ServerTLS hands out its loaded one): a browser offering h2
+		// would get it, and an HTTP/2 POST's body would run as commands,
+		// past the POST and Host: lines HTTP/1 has (crossProtocol).
+		base := cfg.TLS
+		cfg.TLS = base.Clone()
 		cfg.TLS.NextProtos = nil
+		if get := base.GetConfigForClient; get != nil {
+			cfg.TLS.GetConfigForClient = func(h *tls.ClientHelloInfo) (*tls.Config, error) {
+				c, err := get(h)
+				if c != nil {
+					c = c.Clone()
+					c.NextProtos = nil
+				}
+				return c, err
+			}
+		}
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -86,9 +86,10 @@ var errCrossProtocol = errors.New("resp: HTTP request on the RESP listener")
 // request (its request line, POST /…, or a Host header): what a web page's
 // fetch() to the listener's port sends, its body RESP commands of the
 // page's choosing. Redis (since 3.2.7) closes the connection on either,
-// before anything after it runs; so does the listener.
+// before anything after it runs; so does the listener, and on HTTP/2's
+// preface too (PRI * HTTP/2.0).
 func crossProtocol(name string) bool {
-	return strings.EqualFold(name, "POST") || strings.EqualFold(name, "Host:")
+	return strings.EqualFold(name, "POST") || strings.EqualFold(name, "Host:") || name == "PRI"
 }
 
 // serve runs the session until the client leaves, breaks the protocol,
@@ -146,7 +147,7 @@ func (s *session) run() error {
 			h(args)
 		}
 		if crossProtocol(args[0]) {
-			s.srv.log.Warn("resp: a command named POST or Host: (an HTTP request: a web page's cross-protocol attack); the connection is closed, as Redis closes it",
+			s.srv.log.Warn("resp: a command named POST, Host: or PRI (an HTTP request: a web page's cross-protocol attack); the connection is closed, as Redis closes it",
 				"peer", s.raw.RemoteAddr().String())
 			return errCrossProtocol
 		}

@@ -52,7 +52,7 @@ func (s *Server) HTTPHandler(ctx context.Context, cfg HTTPConfig) (http.Handler,
 	mux.HandleFunc("GET /v1/openapi.json", serveOpenAPI)
 	registerOps(mux, cfg)
 	var h http.Handler = mux
-	if s.gw != nil && s.gw.Open() {
+	if s.gw != nil && s.gw.Anonymous() {
 		h = loopbackHosts(h)
 	}
 	return crossOrigin(h), nil
@@ -79,12 +79,13 @@ func crossOrigin(next http.Handler) http.Handler {
 // Host is neither an IP address nor localhost: a browser sends the name of
 // the page's own site, which its owner may have pointed at 127.0.0.1 (DNS
 // rebinding), and is then same-origin with the gateway. For a gateway
-// that is Open, whose listener on loopback is its only boundary.
+// that serves Anonymous callers, whose listener on loopback is then its
+// boundary (a policy may grant anonymous callers, "*").
 func loopbackHosts(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && loopback(local) && !localHost(r.Host) {
-			http.Error(w, fmt.Sprintf("fencegate: refused Host %.100q on a loopback listener with no authentication: only an IP address or localhost names this machine "+
-				"(a web page reaches 127.0.0.1 under a name of its own: DNS rebinding); connect to 127.0.0.1 or localhost, or configure a policy", r.Host),
+			http.Error(w, fmt.Sprintf("fencegate: refused Host %.100q on a loopback listener that takes callers with no identity: only an IP address or localhost names this machine "+
+				"(a web page reaches 127.0.0.1 under a name of its own: DNS rebinding); connect to 127.0.0.1 or localhost, or require client certificates or bearer tokens", r.Host),
 				http.StatusMisdirectedRequest)
 			return
 		}

@@ -378,10 +378,11 @@ func (g *Gateway) RefusedLogin(ctx context.Context, a policy.Action, fence, rawT
 	}
 }
 
-// Open reports whether the gateway serves callers with no identity and no
-// policy: whoever reaches its listeners may do anything, so their address
-// is its only boundary.
-func (g *Gateway) Open() bool { return g.policy == nil && !g.authReq }
+// Anonymous reports whether the gateway serves callers with no identity
+// (no AuthRequired): with no policy, or a policy rule that matches any
+// principal, whoever reaches its listeners may write, so their address is
+// its boundary.
+func (g *Gateway) Anonymous() bool { return !g.authReq }
 
 // Authenticated says whether the caller of ctx has the identity the
 // gateway requires (AuthRequired): nil, or the UNAUTHENTICATED refusal

@@ -295,8 +295,8 @@ func (s *Source) store(name string, term int64, held bool, other *string, high i
 	}
 	s.mu.Lock()
 	floor := s.floors[name]
-	if term < high {
-		floor = max(floor, high)
+	if term < high && high > floor { // once per rewind, not per poll until the term passes it
+		floor = high
 		if _, ok := s.terms[name]; ok {
 			s.floors[name] = floor
 		}

@@ -259,8 +259,8 @@ func (s *Source) record(t election.Term, r read) election.Term {
 	defer s.mu.Unlock()
 	old, ok := s.terms[t.Election]
 	floor := s.floors[t.Election]
-	if t.Last < r.high {
-		floor = max(floor, r.high)
+	if t.Last < r.high && r.high > floor { // once per loss, not per poll until the counter passes it
+		floor = r.high
 		s.floors[t.Election] = floor
 		s.log.Warn("redis-lease counter went back (its Redis lost the keys: a restart without persistence, FLUSHALL, eviction): "+
 			"the tokens up to the highest handed out before are handed out again and are refused TERM_ENDED; leaders holding one must campaign again",

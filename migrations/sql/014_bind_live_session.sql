@@ -33,6 +33,17 @@ BEGIN
                         session_pid, login, fence_name, term_table, lock_key
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
+    -- Rows another bind or unbind is deleting are skipped, not waited
+    -- for: binds at once neither queue nor deadlock on them.
+    DELETE FROM fencegate.sessions AS s
+     WHERE s.pid IN (SELECT d.pid FROM fencegate.sessions AS d
+                      WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(NULL) AS a
+                                         WHERE a.pid OPERATOR(pg_catalog.=) d.pid)
+                      FOR UPDATE SKIP LOCKED);
+    -- After the DELETE: the backends' status is read once per transaction
+    -- (a snapshot, taken by the first read), and the DELETE's must be no
+    -- older than its statement's, or it would drop the binding of a
+    -- session that began, and was bound, in between.
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(session_pid) AS a
                      JOIN pg_catalog.pg_roles AS r ON r.oid OPERATOR(pg_catalog.=) a.usesysid
                     WHERE a.pid OPERATOR(pg_catalog.=) session_pid
@@ -43,13 +54,6 @@ BEGIN
                         session_pid, login
             USING ERRCODE = 'invalid_parameter_value';
     END IF;
-    -- Rows another bind or unbind is deleting are skipped, not waited
-    -- for: binds at once neither queue nor deadlock on them.
-    DELETE FROM fencegate.sessions AS s
-     WHERE s.pid IN (SELECT d.pid FROM fencegate.sessions AS d
-                      WHERE NOT EXISTS (SELECT FROM pg_catalog.pg_stat_get_activity(NULL) AS a
-                                         WHERE a.pid OPERATOR(pg_catalog.=) d.pid)
-                      FOR UPDATE SKIP LOCKED);
     INSERT INTO fencegate.sessions AS s (pid, login, fence, term_table, lock_key, bound_at)
     VALUES (session_pid, login, fence_name, term_table, lock_key, pg_catalog.now())
     ON CONFLICT (pid) DO UPDATE

@@ -231,15 +231,28 @@ func exists(path string) bool {
 	return err == nil
 }
 
-// lastLine returns the last complete line of the file at path as an int.
+// wroteLine reports whether the file at path holds a complete line: a
+// shell's `>> file` creates the file before the command it runs writes,
+// so the file's existence is not yet a write.
+func wroteLine(path string) bool {
+	b, err := os.ReadFile(path)
+	return err == nil && bytes.IndexByte(b, '\n') >= 0
+}
+
+// lastInt returns the last complete line of the file at path as an int. A
+// line still being written (no newline yet) is not one.
 func lastInt(t *testing.T, path string) int64 {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	n, err := strconv.ParseInt(lines[len(lines)-1], 10, 64)
+	end := bytes.LastIndexByte(b, '\n')
+	if end < 0 {
+		t.Fatalf("%s: no complete line in %q", path, b)
+	}
+	b = b[:end]
+	n, err := strconv.ParseInt(string(b[bytes.LastIndexByte(b, '\n')+1:]), 10, 64)
 	if err != nil {
 		t.Fatalf("%s: last line: %v", path, err)
 	}

@@ -31,7 +31,7 @@ func TestRedTeam17SigtstpLeavesChildUnsupervised(t *testing.T) {
 	}
 	p := startFencectl(t, []string{childEnvVar + "=writer", "OUT=" + out},
 		runArgs(t, "--election=tstp", "--ttl=2s", "--grace=200ms", "--kill-margin=500ms", "--", self)...)
-	waitFor(t, "the child's first write", func() bool { return exists(out) || p.exited() })
+	waitFor(t, "the child's first write", func() bool { return wroteLine(out) || p.exited() })
 	_, _, lease, ok := leaderKey(t, c, testPrefix(t), "tstp")
 	if !ok {
 		t.Fatalf("no leader key:\n%s", p.out)

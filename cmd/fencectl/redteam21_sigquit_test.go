@@ -52,7 +52,7 @@ func TestRedTeam21CatchableSignalLeavesWorkerTree(t *testing.T) {
 				`echo $! > "$PIDFILE.tmp"; mv "$PIDFILE.tmp" "$PIDFILE"; wait`
 			p := startFencectl(t, []string{"DIR=" + dir, "OUT=" + out, "PIDFILE=" + pidFile},
 				runArgs(t, "--election=q", "--ttl=2s", "--grace=200ms", "--kill-margin=500ms", "--", "sh", "-c", worker)...)
-			waitFor(t, "the worker's first write", func() bool { return (exists(out) && exists(pidFile)) || p.exited() })
+			waitFor(t, "the worker's first write", func() bool { return (wroteLine(out) && exists(pidFile)) || p.exited() })
 			pid, err := strconv.Atoi(strings.TrimSpace(readFileT(t, pidFile)))
 			if err != nil {
 				t.Fatalf("pid file: %v\n%s", err, p.out)

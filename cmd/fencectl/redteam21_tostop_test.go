@@ -99,7 +99,7 @@ func TestRedTeam21TostopFreezesFencectlAtLoss(t *testing.T) {
 		<-drained
 	})
 
-	waitFor(t, "the worker's first write", func() bool { return exists(out) && exists(pidFile) })
+	waitFor(t, "the worker's first write", func() bool { return wroteLine(out) && exists(pidFile) })
 	fpid, err = strconv.Atoi(strings.TrimSpace(readFileT(t, pidFile)))
 	if err != nil {
 		t.Fatal(err)

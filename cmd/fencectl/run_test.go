@@ -77,7 +77,7 @@ func TestRunSecondWaitsForFirst(t *testing.T) {
 	out1, go1 := filepath.Join(dir, "tok1"), filepath.Join(dir, "go1")
 	out2, go2 := filepath.Join(dir, "tok2"), filepath.Join(dir, "go2")
 	p1 := startFencectl(t, []string{"OUT=" + out1, "GO=" + go1}, runArgs(t, "--election=e", "--", "sh", "-c", script)...)
-	waitFor(t, "the first child", func() bool { return exists(out1) || p1.exited() })
+	waitFor(t, "the first child", func() bool { return wroteLine(out1) || p1.exited() })
 	p2 := startFencectl(t, []string{"OUT=" + out2, "GO=" + go2}, runArgs(t, "--election=e", "--", "sh", "-c", script)...)
 	waitFor(t, "the second candidate's key", func() bool { return candidates(t, c, testPrefix(t), "e") == 2 || p2.exited() })
 	if exists(out2) || p2.exited() {
@@ -89,7 +89,7 @@ func TestRunSecondWaitsForFirst(t *testing.T) {
 	if got := p1.wait(t); got != 0 {
 		t.Fatalf("first fencectl: got status %d, want 0\n%s", got, p1.out)
 	}
-	waitFor(t, "the second child", func() bool { return exists(out2) || p2.exited() })
+	waitFor(t, "the second child", func() bool { return wroteLine(out2) || p2.exited() })
 	if err := os.WriteFile(go2, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestRunPartitionedKillsChildBeforeLeaseExpiry(t *testing.T) {
 	p := startFencectl(t, []string{childEnvVar + "=writer", "OUT=" + out},
 		"run", "--etcd-endpoints="+proxy.Addr(), "--election-prefix="+testPrefix(t), "--command-timeout=1s",
 		"--election=p", "--ttl=3s", "--grace=5s", "--kill-margin=500ms", "--", self)
-	waitFor(t, "the child's first write", func() bool { return exists(out) || p.exited() })
+	waitFor(t, "the child's first write", func() bool { return wroteLine(out) || p.exited() })
 	_, _, lease, ok := leaderKey(t, c, testPrefix(t), "p")
 	if !ok {
 		t.Fatalf("no leader key:\n%s", p.out)
@@ -246,7 +246,7 @@ func TestRunFrozenKillsAtOnceWhenThawed(t *testing.T) {
 	}
 	p := startFencectl(t, []string{childEnvVar + "=writer", "OUT=" + out},
 		runArgs(t, "--election=f", "--ttl=2s", "--grace=10s", "--kill-margin=500ms", "--", self)...)
-	waitFor(t, "the child's first write", func() bool { return exists(out) || p.exited() })
+	waitFor(t, "the child's first write", func() bool { return wroteLine(out) || p.exited() })
 	_, _, lease, ok := leaderKey(t, c, testPrefix(t), "f")
 	if !ok {
 		t.Fatalf("no leader key:\n%s", p.out)

@@ -183,15 +183,51 @@ func TestTooDeepBoundsTree(t *testing.T) {
 		"SELECT xmlelement(name a, xmlelement(name a, 1))",
 	)
 	for _, sql := range corpus {
-		tree, err := pg_query.Parse(sql)
-		if err != nil {
+		if _, err := pg_query.Parse(sql); err != nil {
 			t.Errorf("pg_query.Parse(%.80q): %v", sql, err)
 			continue
 		}
-		levels := messageDepth(tree.ProtoReflect())
-		if d, _ := depthOf(sql, math.MaxInt); 2*d < levels {
-			t.Errorf("estimate of %.80q: got %d, want %d at least (%d levels of protobuf)", sql, d, (levels+1)/2, levels)
+		checkBoundsTree(t, sql)
+	}
+}
+
+// FuzzTooDeepBounds holds the estimate to pg_query's tree, as
+// TestTooDeepBoundsTree does, for whatever the parser accepts: a
+// statement the estimate finds shallower than its tree is one whose depth
+// TooDeep could let through to overflow the C stack.
+func FuzzTooDeepBounds(f *testing.F) {
+	for _, s := range deepShapes {
+		f.Add(nest(s.pre, s.open, s.mid, s.c, 3))
+	}
+	for _, s := range halves {
+		f.Add(s.left + s.right)
+	}
+	f.Add("SELECT CASE WHEN a THEN (b) ELSE c::int END FROM t JOIN u USING (a) WHERE x BETWEEN 1 AND 2 OR NOT y")
+	f.Add("WITH a AS (INSERT INTO t VALUES (1) RETURNING 1) SELECT $$x$$, E'\\'' ', \"q\"\"\" FROM a /* /* */ */")
+	f.Fuzz(func(t *testing.T, sql string) {
+		// Short statements only: a tree deeper than the fuzzer's thread
+		// stack takes would kill the run, not fail it.
+		if len(sql) > MaxDepth {
+			return
 		}
+		if _, err := pg_query.Parse(sql); err != nil {
+			return
+		}
+		checkBoundsTree(t, sql)
+	})
+}
+
+// checkBoundsTree fails t if the estimate of sql, which pg_query parses,
+// is less than a level per two of the protobuf tree's message nesting.
+func checkBoundsTree(t *testing.T, sql string) {
+	t.Helper()
+	tree, err := pg_query.Parse(sql)
+	if err != nil {
+		t.Fatalf("pg_query.Parse(%.80q): %v", sql, err)
+	}
+	levels := messageDepth(tree.ProtoReflect())
+	if d, _ := depthOf(sql, math.MaxInt); 2*d < levels {
+		t.Errorf("estimate of %.80q: got %d, want %d at least (%d levels of protobuf)", sql, d, (levels+1)/2, levels)
 	}
 }
 

@@ -114,13 +114,22 @@ func (vd *verdict) whyLocal() string {
 }
 
 // verdicts caches classify by SQL text. Drivers send the same few strings
-// over and over; a full cache is simply cleared.
+// over and over; a full cache is simply cleared. It is bounded by the
+// texts' bytes as well as by their number: any login, with any token, has
+// its SQL classified before the fence check, and a cache of whole texts
+// of up to MaxMessage each would hold what clients that wrote nothing
+// sent. A text longer than maxVerdictText is classified each time.
 type verdicts struct {
-	mu sync.RWMutex
-	m  map[string]*verdict
+	mu    sync.RWMutex
+	m     map[string]*verdict
+	bytes int // of the texts in m
 }
 
-const maxVerdicts = 4096
+const (
+	maxVerdicts     = 4096
+	maxVerdictBytes = 4 << 20 // sqlcheck.Config.CacheBytes's default
+	maxVerdictText  = 64 << 10
+)
 
 func (v *verdicts) get(sql []byte) *verdict {
 	v.mu.RLock()
@@ -130,11 +139,17 @@ func (v *verdicts) get(sql []byte) *verdict {
 		return vd
 	}
 	vd = classify(string(sql))
-	v.mu.Lock()
-	if v.m == nil || len(v.m) >= maxVerdicts {
-		v.m = make(map[string]*verdict, 256)
+	if len(vd.text) > maxVerdictText {
+		return vd
 	}
-	v.m[vd.text] = vd
+	v.mu.Lock()
+	if v.m == nil || len(v.m) >= maxVerdicts || v.bytes+len(vd.text) > maxVerdictBytes {
+		v.m, v.bytes = make(map[string]*verdict, 256), 0
+	}
+	if _, ok := v.m[vd.text]; !ok {
+		v.m[vd.text] = vd
+		v.bytes += len(vd.text)
+	}
 	v.mu.Unlock()
 	return vd
 }

@@ -485,7 +485,7 @@ func (c *session) query(body, raw []byte) error {
 		b = append(b, sql[vd.setupEnd:]...)
 	}
 	b = finishMsg(append(b, 0), sp)
-	c.out = b
+	c.out = keepBuf(b)
 	c.push(g)
 	if _, err := c.sw.Write(b); err != nil {
 		adm.Done(tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, adm.Token(), "lost the database: %v", err), "", 0)
@@ -1071,9 +1071,10 @@ func (c *session) refuseSegment(r *tokens.RefusalError) error {
 // as the server skips its own after an error.
 func (c *session) failSegment(sql string, g reply) error {
 	c.swallow = true
-	c.out = appendParse(c.out[:0], "fencegate_refused", sql)
+	b := appendParse(c.out[:0], "fencegate_refused", sql)
+	c.out = keepBuf(b)
 	c.push(g)
-	if _, err := c.sw.Write(c.out); err != nil {
+	if _, err := c.sw.Write(b); err != nil {
 		return err
 	}
 	return c.sw.Flush()

@@ -29,6 +29,16 @@ const maxAuthMessage = 65535
 // of their own.
 const bufSize = 32 << 10
 
+// keepBuf returns b to be kept as a session's buffer for its next message,
+// or nil if b grew past 2*bufSize: one large query or error must not pin
+// its size for as long as the connection lives.
+func keepBuf(b []byte) []byte {
+	if cap(b) > 2*bufSize {
+		return nil
+	}
+	return b
+}
+
 // msgReader frames PostgreSQL messages (type byte, int32 length, body).
 type msgReader struct {
 	r       *bufio.Reader

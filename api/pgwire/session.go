@@ -1238,8 +1238,9 @@ func (c *session) shiftPosition(body []byte, at, prefix int) []byte {
 		}
 		body = rest
 	}
-	c.sout = finishMsg(append(b, 0), sp)
-	return c.sout
+	b = finishMsg(append(b, 0), sp)
+	c.sout = keepBuf(b)
+	return b
 }
 
 // endsTransaction says a CommandComplete body's tag is that of a

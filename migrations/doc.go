@@ -102,7 +102,10 @@
 // migration exactly once and all return after the schema is complete. A
 // database migrated by a newer fencegate (a higher version than this binary
 // knows) is left alone, so an older replica can still start during a rolling
-// upgrade; migrations must therefore stay backward compatible.
+// upgrade; migrations must therefore stay backward compatible. A schema
+// already up to date is read without the lock: any role may take any
+// advisory lock, and one that holds Apply's then holds up only an upgrade,
+// not every replica's start.
 //
 // Apply does not create the database or login roles, and it does not
 // migrate down. It needs a role that may create schemas and roles (a

@@ -50,10 +50,24 @@ func FS() fs.FS {
 // Apply brings fencegate's schema up to the latest version on conn. It is
 // idempotent and safe to call concurrently from many processes (see the
 // package doc). It changes conn's session state: it runs RESET ALL after each
-// migration. The waits on the advisory lock are subject to conn's
-// statement_timeout and lock_timeout; cancelling ctx aborts the wait, in
-// which case the caller should close conn rather than reuse it.
+// migration. A schema already up to date is read and left alone without
+// the advisory lock, which any role may take. The waits on the advisory
+// lock are subject to conn's statement_timeout and lock_timeout;
+// cancelling ctx aborts the wait, in which case the caller should close
+// conn rather than reuse it.
 func Apply(ctx context.Context, conn *pgx.Conn) (err error) {
+	// Up to date, the common case of a replica starting: nothing to
+	// change, so no lock to wait for. Any role may take any advisory
+	// lock, and one holding lockKey would otherwise hold up every
+	// replica's start (TestRedTeam25AnyLoginBlocksApply).
+	if err := checkPrecreated(ctx, conn); err != nil {
+		return err
+	}
+	if current, err := Version(ctx, conn); err != nil {
+		return err
+	} else if current >= Latest() {
+		return nil
+	}
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey); err != nil {
 		return fmt.Errorf("migrations: take advisory lock: %w", err)
 	}
@@ -155,7 +169,7 @@ func Latest() int32 {
 // Version returns the schema version applied on conn's database, 0 if none.
 func Version(ctx context.Context, conn *pgx.Conn) (int32, error) {
 	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT to_regclass($1) IS NOT NULL", VersionTable).Scan(&exists); err != nil {
+	if err := conn.QueryRow(ctx, "SELECT pg_catalog.to_regclass($1) IS NOT NULL", VersionTable).Scan(&exists); err != nil {
 		return 0, fmt.Errorf("migrations: read version: %w", err)
 	}
 	if !exists {

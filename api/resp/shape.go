@@ -1,6 +1,10 @@
 package resp
 
-import "strings"
+import (
+	"strings"
+
+	"github.com/fencegate/fencegate/proxy/redis"
+)
 
 // shape is how a data command's reply, as Redis would send it, differs
 // from what the fencing script hands back. The script runs commands in
@@ -72,7 +76,7 @@ func shapeOf(args []string) shape {
 			return shapeScorePairs
 		}
 	case "HRANDFIELD":
-		if len(args) == 4 && strings.EqualFold(args[3], "WITHVALUES") {
+		if len(args) == 4 && redis.OptionIs(args[3], "WITHVALUES") {
 			return shapePairs
 		}
 	}
@@ -89,10 +93,11 @@ func after(args []string, i int) []string {
 	return args[i:]
 }
 
-// hasWord reports whether args holds word, in any case.
+// hasWord reports whether args holds the option word, as Redis reads
+// options (redis.OptionIs).
 func hasWord(args []string, word string) bool {
 	for _, a := range args {
-		if strings.EqualFold(a, word) {
+		if redis.OptionIs(a, word) {
 			return true
 		}
 	}
@@ -107,7 +112,9 @@ func (s *session) reply(args []string, v any) {
 	sh := shapeOf(args)
 	switch sh {
 	case shapeStatus:
-		if str, ok := v.(string); ok {
+		// A status cannot hold a line end: a value that does is a bulk
+		// string, whatever shape was expected of it.
+		if str, ok := v.(string); ok && !strings.ContainsAny(str, "\r\n") {
 			w.status(str)
 			return
 		}

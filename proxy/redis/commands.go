@@ -253,7 +253,7 @@ func (b *Backend) oneStep(s commandSpec, c []string) bool {
 	}
 	if s.name == "SET" {
 		for _, a := range c[3:] {
-			if strings.EqualFold(a, "GET") {
+			if OptionIs(a, "GET") {
 				return false // answers with the value it replaced
 			}
 		}
@@ -376,6 +376,30 @@ func upperASCII(s string) string {
 		}
 	}
 	return string(b)
+}
+
+// OptionIs reports whether arg is the option word (upper case), as Redis
+// compares a command's options: with strcasecmp, which stops at the first
+// NUL byte and folds ASCII letters only. "GET\x00x" is SET's GET option to
+// Redis, and "DB\x00" COPY's DB, though neither is the word to a Go string
+// comparison (TestRedTeam25CopyDBOptionWithNUL).
+func OptionIs(arg, word string) bool {
+	if i := strings.IndexByte(arg, 0); i >= 0 {
+		arg = arg[:i]
+	}
+	if len(arg) != len(word) {
+		return false
+	}
+	for i := 0; i < len(arg); i++ {
+		c := arg[i]
+		if 'a' <= c && c <= 'z' {
+			c -= 'a' - 'A'
+		}
+		if c != word[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // plan is a checked request: the script's KEYS and ARGV. Its slices are
@@ -644,7 +668,7 @@ func (b *Backend) checkArgs(fence string, t tokens.Token, i int, s commandSpec, 
 		}
 	case argsCopy:
 		for _, a := range c[3:] {
-			if strings.EqualFold(a, "DB") {
+			if OptionIs(a, "DB") {
 				return refuseCommand(tokens.ReasonCommandNotAllowed, fence, t, i, "COPY ... DB: %s", crossDatabase)
 			}
 		}

@@ -10,6 +10,10 @@
 //
 // What the pipeline guarantees besides:
 //
+//   - A write is decided on again, from memory, as it is about to be sent:
+//     one that waited in a backend's queue, or for a connection, while its
+//     term ended is refused then (STALE_TOKEN or TERM_ENDED), nothing sent,
+//     as the PostgreSQL listener's open transactions are (Admission.Ended).
 //   - The in-memory marks are kept per backend, and a mark a backend reports
 //     with a stale-token refusal is used only if it is not above the highest
 //     term the term source has shown for the election. Anyone able to raise

@@ -184,6 +184,7 @@ func New(cfg Config, opts Options) (*Gateway, error) {
 	if f, ok := opts.Terms.(election.Freshness); ok {
 		g.fresh = f.Fresh
 	}
+	g.checkSends()
 	if ps, ok := opts.Policy.(policySource); ok {
 		g.policyNow = ps.Policy
 	}

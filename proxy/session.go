@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy/audit"
+	"github.com/fencegate/fencegate/proxy/coalesce"
 	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -131,14 +132,38 @@ func (a *Admission) Revoked() *tokens.RefusalError {
 
 // termEnded is Ended's look at the term.
 func (a *Admission) termEnded() *tokens.RefusalError {
-	g := a.g
-	hw := g.trackers[a.backend].HighWater(a.fence)
-	term := g.terms.Term(a.fence)
-	switch o := tokens.Decide(a.t, hw, term); o {
+	return a.g.termOver(a.backend, a.fence, a.t)
+}
+
+// termOver is the refusal of a write admitted with t whose term, as this
+// replica's memory tells, has ended since (STALE_TOKEN when a later term
+// began or a later token wrote, TERM_ENDED when the election lost its
+// leader); nil while it has not or memory cannot tell.
+func (g *Gateway) termOver(backend int, fence string, t tokens.Token) *tokens.RefusalError {
+	hw := g.trackers[backend].HighWater(fence)
+	term := g.terms.Term(fence)
+	switch o := tokens.Decide(t, hw, term); o {
 	case tokens.Stale, tokens.Ended:
-		return g.refusal(o, a.fence, a.t, hw, term).(*tokens.RefusalError) //nolint:errorlint // refusal returns its own unwrapped *RefusalError for Stale and Ended; no errors.As on the hot path
+		return g.refusal(o, fence, t, hw, term).(*tokens.RefusalError) //nolint:errorlint // refusal returns its own unwrapped *RefusalError for Stale and Ended; no errors.As on the hot path
 	}
 	return nil
+}
+
+// sendChecker is a backend that decides again on a write's token as it
+// leaves its queue (postgres.Backend, redis.Backend).
+type sendChecker interface{ SetSendCheck(coalesce.SendCheck) }
+
+// checkSends has each backend refuse, as they are about to be sent, the
+// writes whose term ended while they waited for a connection: rule 1
+// refuses an ended term as soon as fencegate learns of it, and a write can
+// wait in the queue until its caller's deadline
+// (TestRedTeam25QueuedWriteOutlivesItsTerm).
+func (g *Gateway) checkSends() {
+	for backend, b := range [...]any{backendPostgres: g.pg, backendRedis: g.rd} {
+		if s, ok := b.(sendChecker); ok {
+			s.SetSendCheck(func(fence string, t tokens.Token) *tokens.RefusalError { return g.termOver(backend, fence, t) })
+		}
+	}
 }
 
 // Token is the admitted token.

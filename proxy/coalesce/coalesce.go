@@ -295,3 +295,42 @@ func BatchContext[T Caller](calls []T) (context.Context, context.CancelFunc) {
 }
 
 func noCancel() {}
+
+// SendCheck says whether a write of fence with token t may still be sent:
+// nil, or the refusal it gets instead. A write can wait in a queue, and for
+// a connection, long enough for its term to end; fencegate's memory of the
+// terms decides again as it leaves (Recheck).
+type SendCheck func(fence string, t tokens.Token) *tokens.RefusalError
+
+// Recheck holds a backend's SendCheck, set once by the gateway that owns
+// the backend; without one every write is sent.
+type Recheck struct{ f atomic.Pointer[SendCheck] }
+
+// Set makes f the check.
+func (r *Recheck) Set(f SendCheck) { r.f.Store(&f) }
+
+// Refusal is the check's answer for a write of fence with t.
+func (r *Recheck) Refusal(fence string, t tokens.Token) *tokens.RefusalError {
+	if f := r.f.Load(); f != nil {
+		return (*f)(fence, t)
+	}
+	return nil
+}
+
+// Sift returns calls without those refused, each of which it hands to
+// refuse (which must finish it). It copies calls only when it drops one.
+func Sift[T Caller](calls []T, refused func(T) bool) []T {
+	for i, c := range calls {
+		if !refused(c) {
+			continue
+		}
+		kept := append(make([]T, 0, len(calls)-1), calls[:i]...)
+		for _, c := range calls[i+1:] {
+			if !refused(c) {
+				kept = append(kept, c)
+			}
+		}
+		return kept
+	}
+	return calls
+}

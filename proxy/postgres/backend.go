@@ -60,6 +60,9 @@ type Backend struct {
 
 	// co runs writes in batches, one per connection slot (coalesce.go).
 	co *coalesce.Coalescer[*call]
+	// recheck decides again on each write's token as it is about to be
+	// sent (SetSendCheck).
+	recheck coalesce.Recheck
 
 	// sql checks callers' statements with PostgreSQL's parser.
 	sql *sqlcheck.Checker

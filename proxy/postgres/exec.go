@@ -94,7 +94,26 @@ func (b *Backend) runBatch(calls []*call) {
 		return
 	}
 	defer b.release(ctx, conn)
+	if calls = coalesce.Sift(calls, b.refused); len(calls) == 0 {
+		return
+	}
 	b.exec(ctx, conn.Conn(), calls)
+}
+
+// SetSendCheck has the backend ask f, as each write is about to be sent
+// on its connection, whether its token may still write: one that waited
+// in the queue, or for a connection, while its term ended is refused with
+// f's answer, nothing sent. The gateway that owns the backend sets it.
+func (b *Backend) SetSendCheck(f coalesce.SendCheck) { b.recheck.Set(f) }
+
+// refused finishes c with the send check's refusal, if it has one.
+func (b *Backend) refused(c *call) bool {
+	r := b.recheck.Refusal(c.fence, c.token)
+	if r == nil {
+		return false
+	}
+	c.finish(nil, r)
+	return true
 }
 
 // serverSaid is the message of a refusal for the server's error pgErr at

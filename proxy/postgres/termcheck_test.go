@@ -124,6 +124,9 @@ func TestTermCheck(t *testing.T) {
 			t.Helper()
 			old, term := seedWorker(t, fence)
 			_ = old.Close(t.Context())
+			// Close does not wait for the server's backend to end, and
+			// with it the lock.
+			waitUnlocked(t, fence)
 			if _, next := seedWorker(t, fence); next != term+1 {
 				t.Fatalf("new leader's term: got %d, want %d", next, term+1)
 			}

@@ -33,6 +33,9 @@ type Backend struct {
 	args                     fenceArgs
 	// co runs writes in batches, one per connection slot.
 	co *coalesce.Coalescer[*call]
+	// recheck decides again on each write's token as it is about to be
+	// sent (SetSendCheck).
+	recheck coalesce.Recheck
 	// evicts is the refusal of every write while the server's
 	// maxmemory-policy may evict the high-water marks, as last read
 	// (watchEviction); nil while it may not.

@@ -67,6 +67,9 @@ func (b *Backend) Exec(ctx context.Context, fence string, t tokens.Token, cmds [
 	}
 	res, err := c.res, c.err
 	c.release()
+	if r, ok := err.(*tokens.RefusalError); ok { //nolint:errorlint // refused sets the send check's own refusal, unwrapped
+		return nil, r
+	}
 	if err != nil {
 		return nil, b.unavailable(fence, t, err)
 	}
@@ -120,6 +123,9 @@ func (c *call) release() {
 func (b *Backend) runBatch(calls []*call) {
 	ctx, cancel := coalesce.BatchContext(calls)
 	defer cancel()
+	if calls = coalesce.Sift(calls, b.refused); len(calls) == 0 {
+		return
+	}
 	if len(calls) == 1 {
 		c := calls[0]
 		c.res, c.err = b.client.Do(ctx, c.plan.cmd...).Result()
@@ -151,6 +157,23 @@ func (b *Backend) runBatch(calls []*call) {
 		b.eval(ctx, c)
 		c.Finish()
 	}
+}
+
+// SetSendCheck has the backend ask f, as each write is about to be sent,
+// whether its token may still write: one that waited in the queue while
+// its term ended is refused with f's answer, nothing sent. The gateway
+// that owns the backend sets it.
+func (b *Backend) SetSendCheck(f coalesce.SendCheck) { b.recheck.Set(f) }
+
+// refused finishes c with the send check's refusal, if it has one.
+func (b *Backend) refused(c *call) bool {
+	r := b.recheck.Refusal(c.fence, c.token)
+	if r == nil {
+		return false
+	}
+	c.err = r
+	c.Finish()
+	return true
 }
 
 // eval runs c's script with EVAL, which loads it: for a server that lost

@@ -6,6 +6,7 @@ import (
 	"io"
 	"strconv"
 	"text/tabwriter"
+	"unicode/utf8"
 )
 
 // printJSON writes v as one line of JSON.
@@ -26,11 +27,26 @@ func table(w io.Writer, header []string, rows [][]string) error {
 			if i > 0 {
 				fmt.Fprint(tw, "\t")
 			}
-			fmt.Fprint(tw, c)
+			fmt.Fprint(tw, shown(c))
 		}
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// shown is s as a terminal may be given it: quoted and escaped, Go
+// syntax, if it holds anything but printable characters and spaces.
+// Election names and leader values come from etcd, where any worker that
+// may campaign writes them: a control byte or a newline printed as it is
+// would run on the operator's terminal or forge a row of the table
+// (TestRedTeam25LeaderValueInjectsIntoOperatorTerminal).
+func shown(s string) string {
+	for _, r := range s {
+		if r == utf8.RuneError || r != ' ' && !strconv.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // num prints a token, term or high-water mark; 0 is "-": none yet.

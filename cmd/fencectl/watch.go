@@ -128,11 +128,11 @@ func printEvent(w io.Writer, g *globalConfig, e watchEvent) error {
 	var err error
 	switch e.Event {
 	case "refused":
-		_, err = fmt.Fprintf(w, "%s  refused  fence=%s reason=%s count=%d\n", ts, e.Fence, e.Reason, e.Count)
+		_, err = fmt.Fprintf(w, "%s  refused  fence=%s reason=%s count=%d\n", ts, shown(e.Fence), shown(e.Reason), e.Count)
 	case "ended":
-		_, err = fmt.Fprintf(w, "%s  ended    election=%s term=%d\n", ts, e.Election, e.Term)
+		_, err = fmt.Fprintf(w, "%s  ended    election=%s term=%d\n", ts, shown(e.Election), e.Term)
 	default:
-		_, err = fmt.Fprintf(w, "%s  %-7s  election=%s term=%d leader=%s\n", ts, e.Event, e.Election, e.Term, e.Leader)
+		_, err = fmt.Fprintf(w, "%s  %-7s  election=%s term=%d leader=%s\n", ts, e.Event, shown(e.Election), e.Term, shown(e.Leader))
 	}
 	return err
 }

@@ -53,6 +53,10 @@ type verdict struct {
 	// executes names the prepared statements SQL EXECUTE runs: one made
 	// with the protocol's Parse may be COMMIT.
 	executes []string
+	// deallocates names the prepared statements SQL DEALLOCATE drops;
+	// deallocAll, DEALLOCATE ALL or DISCARD ALL drops them all.
+	deallocates []string
+	deallocAll  bool
 	// rows lists, in order, the statements whose command tag alone does
 	// not tell the audit what rows they changed (rowsOp).
 	rows []rowsOp
@@ -102,6 +106,9 @@ func rowsOpOf(n *pg_query.Node) rowsOp {
 
 // local says fencegate answers the statement itself: SET fencegate.token
 // or SHOW fencegate.*.
+// drops says the statements drop prepared statements (deallocates).
+func (vd *verdict) drops() bool { return vd.deallocAll || len(vd.deallocates) > 0 }
+
 func (vd *verdict) local() bool { return vd.kind == kindSetToken || vd.kind == kindShow }
 
 // whyLocal is why a local statement is refused in the extended protocol
@@ -316,12 +323,18 @@ func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
 		if !asciiName(x.DeallocateStmt.Name) {
 			return kindOther, whyNameASCII
 		}
+		if x.DeallocateStmt.Isall || x.DeallocateStmt.Name == "" {
+			vd.deallocAll = true
+		} else {
+			vd.deallocates = append(vd.deallocates, x.DeallocateStmt.Name)
+		}
 	case *pg_query.Node_CopyStmt:
 		if x.CopyStmt.IsFrom && !x.CopyStmt.IsProgram && x.CopyStmt.Filename == "" {
 			vd.copyFrom = true
 		}
 	case *pg_query.Node_DiscardStmt:
 		if x.DiscardStmt.Target == pg_query.DiscardMode_DISCARD_ALL && count == 1 {
+			vd.deallocAll = true
 			return kindDiscardAll, ""
 		}
 	}

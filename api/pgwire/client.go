@@ -241,6 +241,17 @@ func (c *session) startSegment() error {
 			delete(c.portals, ch.name)
 		}
 	}
+	// Then what SQL DEALLOCATE took, in Queries, which end their
+	// segments: the server forgot those statements, and so may fencegate
+	// (a name it does not know is one SQL PREPARE made, a query).
+	if c.dropAll {
+		clear(c.stmts)
+	}
+	for _, name := range c.dropped {
+		delete(c.stmts, string(nameKey([]byte(name))))
+	}
+	clear(c.dropped)
+	c.dropped, c.dropAll = c.dropped[:0], false
 	if cap(c.changes) > 4096 { // a one-off: do not keep it
 		c.changes = nil
 		c.segStmts, c.segPortals = map[string]int32{}, map[string]int32{}

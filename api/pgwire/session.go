@@ -214,9 +214,16 @@ type session struct {
 	// digest fingerprints the open transaction's statements for the
 	// audit log as they complete, in constant memory.
 	digest audit.Digest
-	// setupTexts are the deferred statements' texts, until the check
-	// of their transaction passes or the transaction ends.
-	setupTexts []string
+	// setup fingerprints the deferred statements, those that set up a
+	// transaction before its check, until the check passes (and setup
+	// becomes digest) or the transaction ends: in constant memory too, as
+	// they run before the token is judged, a zombie's included.
+	setup audit.Digest
+	// dropped names the statements SQL DEALLOCATE took from the server
+	// (dropAll: DEALLOCATE ALL, DISCARD ALL), for startSegment to forget;
+	// under qmu.
+	dropped []string
+	dropAll bool
 }
 
 // close closes both connections: the server first, so an open
@@ -880,6 +887,12 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		switch {
 		case t == 'Z':
 			complete = true
+			if !g.failed && g.vd != nil && g.vd.drops() {
+				// PostgreSQL's prepared statements are not transactional:
+				// those DEALLOCATE took are gone, whatever the block does.
+				c.dropped = append(c.dropped, g.vd.deallocates...)
+				c.dropAll = c.dropAll || g.vd.deallocAll
+			}
 			if g.synth != "" && !g.failed {
 				out = appendCommandComplete(c.sout[:0], g.synth)
 				out = append(out, raw...)
@@ -977,7 +990,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 			switch {
 			case g.deferred:
 				if c.s.gw.Audited() {
-					c.setupTexts = append(c.setupTexts, g.text)
+					c.setup.Add(g.text)
 				}
 			case c.audited():
 				c.digest.Add(g.text)
@@ -986,7 +999,7 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		if t == 'Z' {
 			c.status = body[0]
 			if c.status == 'I' {
-				c.setupTexts = c.setupTexts[:0]
+				c.setup.Reset()
 				if a := c.open.Swap(nil); a != nil {
 					ended = a
 				}
@@ -1030,11 +1043,8 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		c.rows = 0
 		c.resetSaves()
 		c.lastEnd, c.failure = 0, nil
-		c.digest.Reset()
-		for _, text := range c.setupTexts {
-			c.digest.Add(text)
-		}
-		c.setupTexts = c.setupTexts[:0]
+		c.digest, c.setup = c.setup, c.digest
+		c.setup.Reset()
 	}
 	return out, nil
 }

@@ -34,16 +34,7 @@ func (c *redisLeaseConfig) register(fs *flag.FlagSet) {
 }
 
 func (c *redisLeaseConfig) validate() error {
-	if err := redislease.ValidatePattern("--redis-lease-key", c.KeyPattern); err != nil {
-		return err
-	}
-	if err := redislease.ValidatePattern("--redis-lease-counter", c.CounterPattern); err != nil {
-		return err
-	}
-	if c.KeyPattern == c.CounterPattern {
-		return fmt.Errorf("--redis-lease-key and --redis-lease-counter are both %q", c.KeyPattern)
-	}
-	return nil
+	return redislease.ValidatePatterns("--redis-lease-key", c.KeyPattern, "--redis-lease-counter", c.CounterPattern)
 }
 
 // routesKind reports whether a route names kind.

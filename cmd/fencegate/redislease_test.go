@@ -108,6 +108,7 @@ func TestRedisLeaseFlags(t *testing.T) {
 		{[]string{"serve", "--redis-addr=127.0.0.1:1", "--redis-lease-key=lease"}, "--redis-lease-key \"lease\": want exactly one %s"},
 		{[]string{"serve", "--redis-addr=127.0.0.1:1", "--redis-lease-counter={x}:%s"}, "--redis-lease-counter \"{x}:%s\": its hash tag must be {%s}"},
 		{[]string{"serve", "--redis-addr=127.0.0.1:1", "--redis-lease-key=l:%s", "--redis-lease-counter=l:%s"}, "are both"},
+		{[]string{"serve", "--redis-addr=127.0.0.1:1", "--redis-lease-key=l-%s", "--redis-lease-counter=l-%s-n"}, `--redis-lease-key "l-%s" and --redis-lease-counter "l-%s-n" overlap`},
 		{[]string{"serve", "--postgres-dsn=postgres://x@127.0.0.1:1/x", "--term-sources=l-*=redis-lease"}, "set --redis-lease-addr or --redis-addr"},
 	} {
 		err := run(t.Context(), tt.args, io.Discard, io.Discard)

@@ -16,8 +16,15 @@
 // neither term counts as current (logged once as a warning naming both).
 //
 // The source keeps what it last read in memory (Term, for every write's
-// fast path) and refreshes it every Config.Poll for the fences it was asked
-// about; Verify reads the row and pg_locks afresh. A row seen going back
+// fast path, no I/O and no state kept of a name asked about) and refreshes
+// it every Config.Poll for the elections it follows: those a read found a
+// row of. Verify reads the row and pg_locks afresh; a name is followed
+// once Verify found its row (a leader's first write, above every term in
+// memory, is verified), up to 10000 elections. Past that bound the rows
+// found are answered by Verify but not kept (logged once), and a name
+// whose row is gone stays followed. A name without a row is never
+// followed, so writes to made-up names, refused or not, cannot fill the
+// bound. A row seen going back
 // (deleted and counted again, restored, lowered) hands its numbers out a
 // second time: from then on, until fencegate restarts, a term up to the
 // highest read before is no leader's (TERM_ENDED), and leaders campaign
@@ -59,7 +66,9 @@ const (
 	DefaultPoll    = time.Second
 )
 
-// maxNames bounds the fences the source follows: names come from writes.
+// maxNames bounds the elections the source follows. Only a read that
+// found an election's row follows it, so only rows workers created fill
+// it; names from writes alone (made up by anyone) never do.
 const maxNames = 10000
 
 // Config configures a Source.
@@ -92,13 +101,15 @@ type Source struct {
 	verifySQL, pollSQL string
 
 	mu     sync.RWMutex
-	terms  map[string]election.Term // by name; the zero Term until read
+	terms  map[string]election.Term // by name: elections a read found a row of
 	shared map[string]string        // by name: another election with its lock key, last logged
 	// floors are, for elections whose row was seen going back (deleted
 	// and counted again, restored, lowered), the highest term read
 	// before: those numbers are handed out again, so no holder of one
 	// is a leader (store).
 	floors map[string]int64
+	// full: a row was found of an election past maxNames (logged once).
+	full bool
 }
 
 // Open connects to cfg.DSN and checks that the term table exists and that
@@ -238,26 +249,24 @@ func (s *Source) LockKey() string { return s.lockKey }
 // Close closes the source's connections.
 func (s *Source) Close() { s.pool.Close() }
 
-// Term is what was last read of election name, without I/O. A name not
-// seen before is followed from now on (up to a bound).
+// Term is what was last read of election name, the zero Term for a name
+// not followed. Memory only: asking leaves no state, since the gateway
+// asks for every write, refused ones (an unauthorized caller's made-up
+// names) included.
 func (s *Source) Term(name string) election.Term {
 	s.mu.RLock()
 	t, ok := s.terms[name]
 	s.mu.RUnlock()
-	if ok {
-		return t
+	if !ok {
+		return election.Term{Election: name}
 	}
-	s.mu.Lock()
-	if _, ok := s.terms[name]; !ok && len(s.terms) < maxNames {
-		s.terms[name] = election.Term{Election: name}
-	}
-	s.mu.Unlock()
-	return election.Term{Election: name}
+	return t
 }
 
 // Verify reads election name's row and whether its lock is held. Every
 // number up to the row's term was issued to a leader, so token was held
-// when it is at most the term.
+// when it is at most the term. A name whose row it finds is followed from
+// then on (up to a bound); one without a row is not.
 func (s *Source) Verify(ctx context.Context, name string, token int64) (election.Term, bool, error) {
 	var term int64
 	var held bool
@@ -306,26 +315,36 @@ func (s *Source) store(name string, term int64, held bool, other *string, high i
 	if t.Rev != 0 && t.Rev <= floor {
 		t.Rev = 0
 	}
+	// Only reads that found a row get here, so the names followed are
+	// elections some worker created, never names a caller made up.
 	old, ok := s.terms[name]
-	if ok || len(s.terms) < maxNames {
+	follow := ok || len(s.terms) < maxNames
+	logFull := !follow && !s.full
+	if follow {
 		t.Last = max(t.Last, old.Last)
 		t.Changes = old.Changes
 		if t.Rev != old.Rev {
 			t.Changes++
 		}
 		s.terms[name] = t
+	} else {
+		s.full = true
 	}
 	logShared := false
 	switch was, seen := s.shared[name]; {
 	case other == nil:
 		delete(s.shared, name)
 	case !seen || was != *other:
-		if ok || len(s.terms) < maxNames {
+		if follow {
 			s.shared[name] = *other
 		}
 		logShared = true
 	}
 	s.mu.Unlock()
+	if logFull {
+		s.log.Warn("postgres-term: following as many elections as it may: the terms of elections beyond them are read for each of their writes (rate limited as tokens above every known term) and not kept",
+			"election", name, "limit", maxNames, "table", s.table)
+	}
 	if logShared {
 		s.log.Warn("postgres-term: two elections share one advisory lock key: neither's term counts as current, and their writes are refused TERM_ENDED; rename one, or use lock key hashtextextended on both sides (workers and --postgres-term-lock-key)",
 			"election", name, "shares_key_with", *other, "lock_key", s.lockKey, "table", s.table)
@@ -333,7 +352,7 @@ func (s *Source) store(name string, term int64, held bool, other *string, high i
 	return t
 }
 
-// Terms are the terms of the fences seen, by name.
+// Terms are the terms of the elections followed, by name.
 func (s *Source) Terms() []election.Term {
 	s.mu.RLock()
 	out := slices.AppendSeq(make([]election.Term, 0, len(s.terms)), maps.Values(s.terms))
@@ -342,7 +361,8 @@ func (s *Source) Terms() []election.Term {
 	return out
 }
 
-// Run reads the terms of the fences seen every Config.Poll until ctx ends.
+// Run reads the terms of the elections followed every Config.Poll until
+// ctx ends.
 func (s *Source) Run(ctx context.Context) error {
 	tick := time.NewTicker(s.poll)
 	defer tick.Stop()
@@ -358,8 +378,9 @@ func (s *Source) Run(ctx context.Context) error {
 	}
 }
 
-// Refresh reads the terms of every fence seen, in one query. A fence whose
-// row is gone keeps what was known.
+// Refresh reads the terms of every election followed, in one query. One
+// whose row is gone keeps what was known (and stays followed: its floor
+// must outlive the row, or a row counted again from 1 would go unseen).
 func (s *Source) Refresh(ctx context.Context) error {
 	s.mu.RLock()
 	names := slices.Collect(maps.Keys(s.terms))

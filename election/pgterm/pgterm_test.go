@@ -140,6 +140,19 @@ func TestSource(t *testing.T) {
 				t.Fatalf("verify without a row: got held %v, %v; want false, nil", held, err)
 			}
 			first, term := campaign(t, name, key)
+			// Neither asking nor a Verify that found no row follows a
+			// name: a poll does not read it.
+			if err := s.Refresh(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+			if got := s.Term(name); got.Rev != 0 || got.Last != 0 {
+				t.Fatalf("term of a name never found: got %+v, want zero", got)
+			}
+			// The leader's first write: above memory, verified, and
+			// followed from then on.
+			if _, held, err := s.Verify(t.Context(), name, term); err != nil || !held {
+				t.Fatalf("verify the leader's %d: got held %v, %v; want true, nil", term, held, err)
+			}
 			got := eventually(t, s, name, func(tm election.Term) bool { return tm.Rev == term })
 			if got.Last != term || tokens.Decide(tokens.Token(term), 0, got) != tokens.Accept {
 				t.Errorf("leader's term: got %+v, want Rev=Last=%d, accepted", got, term)

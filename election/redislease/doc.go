@@ -9,7 +9,13 @@
 // and, when that succeeds, INCR lease:F:token: the reply is its fencing
 // token. While leading it renews with a compare-and-PEXPIRE script and it
 // releases with compare-and-DEL. Both key names are patterns (Config),
-// with %s for the fence.
+// with %s for the fence. New refuses two patterns under which a fence's
+// lease key is some fence's counter key (ValidatePatterns): fence names
+// hold '.', '_' and '-', so "lease-%s" and "lease-%s-token" make fence
+// X-token's lease X's counter, held for ever once X's INCR ran. One text
+// before %s in both, and after it texts that differ and each start with a
+// byte fence names cannot hold (the defaults' ':') or are empty, keeps
+// them apart.
 //
 // The term of F is the counter while the lease key exists (Term.Rev), no
 // leader when it does not (Rev 0), and Term.Last is the counter either

@@ -33,7 +33,8 @@ type Config struct {
 	// KeyPattern names fence F's lease key, CounterPattern its counter:
 	// each holds exactly one %s, replaced by F. A hash tag in a pattern,
 	// if any, must be {%s}, so that no other fence's client can name the
-	// key through fencegate (see ValidatePattern).
+	// key through fencegate (see ValidatePattern); and no fence's lease
+	// key may be a fence's counter key (see ValidatePatterns).
 	KeyPattern     string
 	CounterPattern string
 	// PollInterval is how often Run re-reads the fences it knows.
@@ -118,14 +119,8 @@ func New(client goredis.UniversalClient, cfg Config) (*Source, error) {
 	if cfg.CounterPattern == "" {
 		cfg.CounterPattern = DefaultCounterPattern
 	}
-	if err := ValidatePattern("key pattern", cfg.KeyPattern); err != nil {
+	if err := ValidatePatterns("key pattern", cfg.KeyPattern, "counter pattern", cfg.CounterPattern); err != nil {
 		return nil, err
-	}
-	if err := ValidatePattern("counter pattern", cfg.CounterPattern); err != nil {
-		return nil, err
-	}
-	if cfg.KeyPattern == cfg.CounterPattern {
-		return nil, fmt.Errorf("redislease: the key and counter patterns are both %q", cfg.KeyPattern)
 	}
 	switch {
 	case cfg.PollInterval < 0:

@@ -172,6 +172,10 @@ func TestMalformedAddressFlags(t *testing.T) {
 			[]string{"fences", "--endpoint=127.0.0.1:99999"},
 			`--endpoint "127.0.0.1:99999": bad port "99999"; want host:port or a URL such as http://127.0.0.1:7080`,
 		},
+		{
+			[]string{"fences", "--endpoint=10.1.2.3:7080", "--token=s3cret"},
+			`--token would go in plain text to http://10.1.2.3:7080, where anyone on the path may read it: use an https:// --endpoint (with --cacert), or a loopback address`,
+		},
 	} {
 		got, code := fencectl(t, nil, tc.args...)
 		want := "fencectl " + tc.args[0] + ": " + tc.want + "\nRun 'fencectl " + tc.args[0] + " --help' for usage.\n"

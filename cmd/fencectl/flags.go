@@ -56,7 +56,7 @@ func (g *globalConfig) register(fs *flag.FlagSet) {
 	fs.StringVar(&g.CACert, "cacert", g.CACert, "CA bundle (PEM) to verify fencegate's certificate with (default: the system's)")
 	fs.StringVar(&g.Cert, "cert", g.Cert, "client certificate (PEM) to present to fencegate (mTLS)")
 	fs.StringVar(&g.Key, "key", g.Key, "key (PEM) of --cert")
-	fs.StringVar(&g.Token, "token", g.Token, "bearer secret for fencegate's --token-auth-file (better in FENCECTL_TOKEN than on the command line)")
+	fs.StringVar(&g.Token, "token", g.Token, "bearer secret for fencegate's --token-auth-file (better in FENCECTL_TOKEN than on the command line); sent only over https:// or to a loopback address")
 	fs.StringVar(&g.EtcdEndpoints, "etcd-endpoints", g.EtcdEndpoints, "comma-separated etcd client endpoints")
 	fs.StringVar(&g.EtcdCACert, "etcd-cacert", g.EtcdCACert, "CA bundle (PEM) to verify etcd's certificate with")
 	fs.StringVar(&g.EtcdCert, "etcd-cert", g.EtcdCert, "client certificate (PEM) to present to etcd")
@@ -214,6 +214,9 @@ func (g *globalConfig) validate() error {
 		// The value as given, not with the scheme added above.
 		return fmt.Errorf("--endpoint %q: %w; want host:port or a URL such as http://127.0.0.1:7080", addrflag.Redact(given), err)
 	}
+	if g.Token != "" && !strings.HasPrefix(g.Endpoint, "https://") && !loopbackURL(g.Endpoint) {
+		return fmt.Errorf("--token would go in plain text to %s, where anyone on the path may read it: use an https:// --endpoint (with --cacert), or a loopback address", addrflag.Redact(g.Endpoint))
+	}
 	if (g.Cert == "") != (g.Key == "") {
 		return fmt.Errorf("--cert and --key go together")
 	}
@@ -238,6 +241,21 @@ func (g *globalConfig) validate() error {
 		return fmt.Errorf("--election-prefix %q: want a key prefix not ending in '/'", g.ElectionPrefix)
 	}
 	return nil
+}
+
+// loopbackURL reports whether endpoint's host is localhost or a loopback
+// address.
+func loopbackURL(endpoint string) bool {
+	u, err := url.Parse(endpoint)
+	if err != nil {
+		return false
+	}
+	h := u.Hostname()
+	if h == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(h)
+	return ip != nil && ip.IsLoopback()
 }
 
 // checkEndpoint checks fencegate's address as an http:// or https:// URL

@@ -93,6 +93,21 @@ type Source struct {
 	// memory until then.
 	sessions atomic.Uint64
 	readAt   map[string]uint64 // guarded by mu
+	// failing are the elections whose watch's last read failed (a
+	// leader's node fencegate may not read, an election node gone
+	// unreadable, a lost connection): memory cannot tell what changed,
+	// so they are not fresh until the watch reads them again.
+	failing map[string]bool // guarded by mu
+	// floor, once ZooKeeper's history was seen going back (restored from
+	// a backup, rebuilt, replaced behind the same address), is the
+	// highest zxid read before: the zxids up to it may be handed out
+	// again, so a term at or below it may be held by a leader from
+	// before as well as one from after, and none is current. highConn is
+	// the newest connection a read was published from; high the highest
+	// zxid read in it, highBefore in the connections before. Guarded by
+	// mu.
+	floor, high, highBefore int64
+	highConn                uint64
 	// heard is when ZooKeeper last answered (a session established, a
 	// read, Run's heartbeat), in Unix nanoseconds.
 	heard atomic.Int64
@@ -148,6 +163,7 @@ func New(cfg Config) (*Source, error) {
 		watched:  make(map[string]bool),
 		wantCh:   make(chan string, 256),
 		readAt:   make(map[string]uint64),
+		failing:  make(map[string]bool),
 		seed:     maphash.MakeSeed(),
 		reread:   make(chan struct{}),
 	}
@@ -186,10 +202,11 @@ func (s *Source) rereadCh() <-chan struct{} {
 
 // Fresh reports whether the term of election name in memory is current
 // as far as the source knows: the session is established, ZooKeeper
-// answered within freshWindow, and the election was read since the
-// connection was. Cut off from ZooKeeper, memory may hold a term that
-// ended meanwhile, and would let its zombie through for as long as the
-// cut lasts; the gateway reads such a fence before each write instead
+// answered within freshWindow, the election was read since the
+// connection was, and its watch's last read succeeded. Cut off from
+// ZooKeeper, or unable to read the election, memory may hold a term that
+// ended meanwhile, and would let its zombie through for as long as that
+// lasts; the gateway reads such a fence before each write instead
 // (election.Freshness).
 func (s *Source) Fresh(name string) bool {
 	if !s.Connected() || time.Since(time.Unix(0, s.heard.Load())) > freshWindow {
@@ -197,9 +214,9 @@ func (s *Source) Fresh(name string) bool {
 	}
 	n := s.sessions.Load()
 	s.mu.RLock()
-	at := s.readAt[name]
+	at, failing := s.readAt[name], s.failing[name]
 	s.mu.RUnlock()
-	return at == n
+	return at == n && !failing
 }
 
 // zkLogger sends the client's own log lines to slog, at debug level: they
@@ -326,6 +343,7 @@ func (s *Source) watch(ctx context.Context, name string) {
 			if ctx.Err() != nil {
 				return
 			}
+			s.readFailed(name)
 			backoff = min(max(2*backoff, minBackoff), maxBackoff)
 			s.log.Debug("zookeeper election watch interrupted", "election", name, "err", err, "retry_in", backoff)
 			select {
@@ -337,7 +355,7 @@ func (s *Source) watch(ctx context.Context, name string) {
 		}
 		backoff, synced = 0, n
 		s.publish(name, st)
-		s.readIn(name, n)
+		s.readIn(name, n, true)
 		select {
 		case <-ctx.Done():
 			return
@@ -353,6 +371,7 @@ func (s *Source) watch(ctx context.Context, name string) {
 // state is one read of an election.
 type state struct {
 	seq    uint64 // the read's number (Source.reads)
+	conn   uint64 // the connection it was read in (Source.sessions)
 	exists bool
 	pzxid  int64 // of the election node: the last change of its children
 	leader string
@@ -380,6 +399,7 @@ func (s *Source) syncRead(path string, watch bool, synced uint64) (state, <-chan
 		}
 		s.heard.Store(time.Now().UnixNano())
 		if s.sessions.Load() == n {
+			st.conn = n
 			return st, ch, n, nil
 		}
 		// Sent, or synced, over a later connection: its Sync does
@@ -436,6 +456,19 @@ func (s *Source) read(path string, watch bool) (state, <-chan zk.Event, error) {
 			return st, ch, nil
 		}
 		data, lstat, err := s.conn.Get(path + "/" + leader)
+		if errors.Is(err, zk.ErrNoAuth) {
+			// The leader's node's ACL denies fencegate READ (its
+			// creator chose it): its data, the leader's label, cannot
+			// be had, but its stat can (ZooKeeper checks no ACL for
+			// exists), and the stat holds the term.
+			var ok bool
+			ok, lstat, err = s.conn.Exists(path + "/" + leader)
+			if err == nil && !ok {
+				err = zk.ErrNoNode
+			}
+			data = nil
+			s.log.Debug("zookeeper leader node not readable: its term is known, its label is not", "node", path+"/"+leader)
+		}
 		if errors.Is(err, zk.ErrNoNode) {
 			// The leader went away between the two reads; a watch
 			// already fired, or will: read again.
@@ -487,22 +520,46 @@ func sequence(name string) (int64, bool) {
 }
 
 // readIn records that a read of election name, begun while the count of
-// connections was n, is published (Fresh).
-func (s *Source) readIn(name string, n uint64) {
+// connections was n, is published (Fresh). A read by the election's watch
+// (watch) also ends a run of failed ones (readFailed); a Verify's does
+// not, as no watch is armed on what it read.
+func (s *Source) readIn(name string, n uint64, watch bool) {
 	s.mu.Lock()
 	if s.watched[name] {
 		s.readAt[name] = max(s.readAt[name], n)
+		if watch {
+			delete(s.failing, name)
+		}
 	}
 	s.mu.Unlock()
 }
+
+// readFailed records that the watch of election name could not read it:
+// it is not fresh until the watch reads it again.
+func (s *Source) readFailed(name string) {
+	s.mu.Lock()
+	if s.watched[name] {
+		s.failing[name] = true
+	}
+	s.mu.Unlock()
+}
+
+// change is a change of an election's term, for OnChange.
+type change struct{ prev, next election.Term }
 
 // publish folds a read of election name into memory unless a later read is
 // published already, so that it can neither bring back a leader that has
 // gone nor end the term of one that came since (a current leader refused
 // TERM_ENDED until the election changes again). Later is the read's
 // number: a read that found no election node has no pzxid to tell its
-// age. The election node's pzxid (its children's last change) orders
-// reads of it as well.
+// age.
+//
+// A read numbered after the last one published that shows the election
+// node's pzxid (its children's last change) below memory's went back for
+// certain: over one session ZooKeeper answers in order, and each new
+// connection is synced before it is read. ZooKeeper's history was
+// rewound (rewound); the read is taken, and its leader is no leader if
+// its term is at or below the floor.
 func (s *Source) publish(name string, st state) election.Term {
 	s.pubMu.Lock()
 	defer s.pubMu.Unlock()
@@ -511,22 +568,37 @@ func (s *Source) publish(name string, st state) election.Term {
 	if !known {
 		old = election.Term{Election: name}
 	}
-	t := old
+	var changes []change
+	behind := st.exists && st.pzxid < old.ObservedRev
 	switch {
-	case st.seq < s.pubSeq[name], st.exists && st.pzxid < old.ObservedRev:
+	case st.seq < s.pubSeq[name], behind && st.seq == s.pubSeq[name]:
+		// An older read (equal numbers: reads made by hand, in tests).
 		s.mu.Unlock()
 		return old
-	case st.czxid != 0:
+	case behind:
+		changes = s.rewound(changes, name, old, st)
+		if t, ok := s.terms[name]; ok {
+			old = t
+		}
+	}
+	s.seen(st)
+	t := old
+	if st.czxid != 0 && st.czxid > s.floor {
 		t.Rev, t.Leader, t.Key, t.ObservedRev = st.czxid, st.data, st.leader, st.pzxid
-	default:
+	} else {
+		// No leader, or one holding a term handed out twice (floor):
+		// no one's as far as fencegate knows. Last still learns it, so
+		// it reads as ended.
 		t.Rev, t.Leader, t.Key = 0, "", ""
 		t.ObservedRev = max(t.ObservedRev, st.pzxid)
 	}
 	if t.Rev != old.Rev {
 		t.Changes++
 	}
-	t.Last = max(t.Last, t.Rev)
-	changed := t.Rev != old.Rev || t.Leader != old.Leader || t.Key != old.Key
+	t.Last = max(t.Last, st.czxid)
+	if t.Rev != old.Rev || t.Leader != old.Leader || t.Key != old.Key {
+		changes = append(changes, change{old, t})
+	}
 	if s.watched[name] {
 		if s.pubSeq == nil {
 			s.pubSeq = make(map[string]uint64)
@@ -534,7 +606,7 @@ func (s *Source) publish(name string, st state) election.Term {
 		// Kept even when memory keeps no term: an older read of a
 		// leader must not come after it.
 		s.pubSeq[name] = st.seq
-		if known || t.Rev != 0 {
+		if known || t.Rev != 0 || t.Last != 0 {
 			s.terms[name] = t
 		}
 	} else if known {
@@ -544,10 +616,65 @@ func (s *Source) publish(name string, st state) election.Term {
 		delete(s.pubSeq, name)
 	}
 	s.mu.Unlock()
-	if changed && s.onChange != nil {
-		s.onChange(old, t)
+	if s.onChange != nil {
+		for _, c := range changes {
+			s.onChange(c.prev, c.next)
+		}
 	}
 	return t
+}
+
+// seen records the zxids of a read about to be published, by the
+// connection it was read in. s.mu must be held.
+func (s *Source) seen(st state) {
+	z := max(st.pzxid, st.czxid)
+	switch {
+	case st.conn > s.highConn:
+		s.highBefore = max(s.highBefore, s.high)
+		s.high, s.highConn = z, st.conn
+	case st.conn == s.highConn:
+		s.high = max(s.high, z)
+	default:
+		s.highBefore = max(s.highBefore, z)
+	}
+}
+
+// rewound records that ZooKeeper's history went back, as a read of
+// election name, st, showed against memory's old: ZooKeeper restored
+// from a backup, rebuilt, or replaced behind the same address. Its zxids
+// (terms) up to the highest fencegate read before (of any election: zxids
+// are ZooKeeper's, not an election's) may be handed out again, so from
+// then on a term up to it is no leader's, whoever holds it (its holder's
+// writes are TERM_ENDED), as the etcd watcher treats a restored etcd;
+// leaders campaign past it. Memory's terms are of the history before:
+// any later read may be published. s.mu must be held.
+func (s *Source) rewound(changes []change, name string, old election.Term, st state) []change {
+	before := s.highBefore
+	if st.conn > s.highConn {
+		before = max(before, s.high) // every read published is of a connection before
+	}
+	floor := max(before, old.ObservedRev, old.Last)
+	for n, t := range s.terms {
+		t.ObservedRev = 0
+		s.terms[n] = t
+	}
+	if floor <= s.floor {
+		return changes
+	}
+	s.floor = floor
+	s.log.Warn("zookeeper history went back (restored from a backup, rebuilt, or another ensemble behind the same address?): "+
+		"terms up to the highest zxid read before are refused TERM_ENDED, as leaders from before and after may hold the same one; leaders holding one must campaign again",
+		"election", name, "pzxid", st.pzxid, "was", old.ObservedRev, "refused_up_to", floor)
+	for n, t := range s.terms {
+		if t.Rev != 0 && t.Rev <= floor {
+			prev := t
+			t.Rev, t.Leader, t.Key = 0, "", ""
+			t.Changes++
+			s.terms[n] = t
+			changes = append(changes, change{prev, t})
+		}
+	}
+	return changes
 }
 
 // Verify syncs with the ZooKeeper leader, reads election name and reports
@@ -586,7 +713,7 @@ func (s *Source) Verify(ctx context.Context, name string, token int64) (election
 	// The newest state known answers: this read, or a later one the
 	// watch published meanwhile.
 	t := s.publish(name, r.st)
-	s.readIn(name, r.n)
+	s.readIn(name, r.n, false)
 	return t, t.HasLeader() && token == t.Rev, nil
 }
 

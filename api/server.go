@@ -198,14 +198,28 @@ func (s *Server) ListFences(ctx context.Context, req *fencegatev1.ListFencesRequ
 	return out, nil
 }
 
+// fenceMessage is f as the API sends it. A protobuf string must be UTF-8,
+// and one that is not fails the whole answer (ListFences, for every
+// fence), so each run of invalid bytes in the names and values fencegate
+// takes from etcd as they are (an election's name, the value its leader
+// campaigned with: etcd keys and values are bytes) is replaced by U+FFFD,
+// as jsonValue does for Redis results.
 func fenceMessage(f proxy.FenceState) *fencegatev1.Fence {
 	return &fencegatev1.Fence{
-		Name:      f.Name,
+		Name:      validUTF8(f.Name),
 		HighWater: uint64(f.HighWater),
 		Term:      uint64(f.Term.Rev),
-		Leader:    f.Term.Leader,
+		Leader:    validUTF8(f.Term.Leader),
 		HasLeader: f.Term.HasLeader(),
 	}
+}
+
+// validUTF8 is s with each run of invalid UTF-8 bytes replaced by U+FFFD.
+func validUTF8(s string) string {
+	if utf8.ValidString(s) {
+		return s
+	}
+	return strings.ToValidUTF8(s, "\uFFFD")
 }
 
 // params turns JSON values into Go values for pgx: numbers that are whole
@@ -399,7 +413,7 @@ func appliedButUnencodable(t tokens.Token, i int, err error) error {
 // jsonValue converts a result value to a protobuf Value; integers beyond
 // 2^53, which a JSON number cannot carry exactly, become decimal strings.
 // A string that is not valid UTF-8 (a Redis value holding binary data),
-// which JSON and protobuf cannot carry, comes with each invalid byte
+// which JSON and protobuf cannot carry, comes with each run of invalid bytes
 // replaced by U+FFFD: the write it answers was applied.
 func jsonValue(v any) (*structpb.Value, error) {
 	switch x := v.(type) {
@@ -415,10 +429,7 @@ func jsonValue(v any) (*structpb.Value, error) {
 	case int:
 		return jsonValue(int64(x))
 	case string:
-		if !utf8.ValidString(x) {
-			x = strings.ToValidUTF8(x, "\uFFFD")
-		}
-		return structpb.NewStringValue(x), nil
+		return structpb.NewStringValue(validUTF8(x)), nil
 	case []any:
 		lv := &structpb.ListValue{Values: make([]*structpb.Value, len(x))}
 		for i, e := range x {

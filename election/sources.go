@@ -161,6 +161,15 @@ func (r *Router) Fresh(name string) bool {
 	return !ok || f.Fresh(name)
 }
 
+// FromTokens reports whether name's terms are learnt from the tokens
+// clients send (its source is a TokenLearner that says so) rather
+// than from an election the source sees: such a term does not say that
+// the fence exists, or that any write with it was accepted.
+func (r *Router) FromTokens(name string) bool {
+	l, ok := r.source(name).(TokenLearner)
+	return ok && l.FromTokens(name)
+}
+
 // Lower lowers name's term in its source, if that source only knows the
 // tokens it was shown (Lowerer); it reports whether the term was lowered.
 func (r *Router) Lower(name string, token int64) bool {
@@ -210,13 +219,31 @@ func (noSource) Terms() []Term { return nil }
 // term (Verify holds it). Nothing ends a term (no TERM_ENDED), and a
 // forged high token fences out the real leader: the policy is what stands
 // against forgery.
+//
+// A term is learnt when its token is verified, before the write is tried
+// (a pgwire transaction of a lower token is ended by it), so a term says
+// only that a client sent the token: the write may have been refused
+// (FromTokens). Memory holds at most MaxMonotonicFences names; past that,
+// a new name's term takes an arbitrary other name's place. A name whose
+// term is forgotten is verified again at its next write, and the backend,
+// whose high-water check is final, still refuses a token below its mark:
+// forgetting loses only the refusal from memory, as a replica that never
+// saw the term has none.
 type Monotonic struct {
 	mu    sync.RWMutex
 	terms map[string]int64
+	// max bounds len(terms); MaxMonotonicFences unless a test lowers it.
+	max int
 }
 
+// MaxMonotonicFences bounds the names a Monotonic source remembers: each
+// verified token of a new name adds one, and anyone may send one.
+const MaxMonotonicFences = 100_000
+
 // NewMonotonic returns an empty Monotonic source.
-func NewMonotonic() *Monotonic { return &Monotonic{terms: map[string]int64{}} }
+func NewMonotonic() *Monotonic {
+	return &Monotonic{terms: map[string]int64{}, max: MaxMonotonicFences}
+}
 
 // Term is the highest token verified for name; the zero Term before any.
 func (m *Monotonic) Term(name string) Term {
@@ -229,11 +256,25 @@ func (m *Monotonic) Term(name string) Term {
 // Verify takes token as name's term if it is above the one known.
 func (m *Monotonic) Verify(_ context.Context, name string, token int64) (Term, bool, error) {
 	m.mu.Lock()
-	rev := max(m.terms[name], token)
+	old, ok := m.terms[name]
+	if !ok && len(m.terms) >= m.max {
+		for other := range m.terms {
+			delete(m.terms, other)
+			if len(m.terms) < m.max {
+				break
+			}
+		}
+	}
+	rev := max(old, token)
 	m.terms[name] = rev
 	m.mu.Unlock()
 	return monotonicTerm(name, rev), true, nil
 }
+
+// FromTokens reports that every term of a Monotonic source was learnt
+// from a token a client sent, not from an election seen or a write
+// accepted.
+func (*Monotonic) FromTokens(string) bool { return true }
 
 // Lower lowers name's term to token if it is higher (0 forgets it): a
 // fence reset on purpose after a forged or mistaken high token.
@@ -251,6 +292,12 @@ func (m *Monotonic) Lower(name string, token int64) bool {
 		m.terms[name] = token
 	}
 	return true
+}
+
+// TokenLearner is a source that may learn a term from a token a client
+// sent (Monotonic): FromTokens reports whether name's terms are such.
+type TokenLearner interface {
+	FromTokens(name string) bool
 }
 
 // Lowerer is a source whose terms an operator may lower (fence reset):

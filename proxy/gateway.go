@@ -710,18 +710,10 @@ const OtherFences = "_other"
 
 // fenceLabel is fence's value for the fence metric label.
 func (g *Gateway) fenceLabel(fence string) string {
-	if !ValidFenceName(fence, maxFenceLabel) {
+	if !ValidFenceName(fence, maxFenceLabel) || !g.knownFence(fence) {
 		return OtherFences
 	}
-	if tokens.Ceiling(g.terms.Term(fence)) > 0 {
-		return fence
-	}
-	for i := range g.trackers {
-		if g.trackers[i].HighWater(fence) > 0 {
-			return fence
-		}
-	}
-	return OtherFences
+	return fence
 }
 
 // shownFenceBytes bounds what log lines, audit records and the refusal
@@ -896,7 +888,12 @@ func (g *Gateway) Fences(ctx context.Context) ([]FenceState, error) {
 		}
 	}
 	for _, t := range g.terms.Terms() {
-		get(t.Election).Term = t
+		// A term learnt only from a token a client sent, of a fence no
+		// backend stores, is no fence: anyone may send one for a new name
+		// and have the write refused (knownElection).
+		if _, stored := byName[t.Election]; stored || g.knownElection(t) {
+			get(t.Election).Term = t
+		}
 	}
 	out := make([]FenceState, 0, len(byName))
 	shadowed := false

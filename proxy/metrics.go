@@ -2,9 +2,11 @@ package proxy
 
 import (
 	"strings"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/fencegate/fencegate/election"
 	"github.com/fencegate/fencegate/proxy/policy"
 	"github.com/fencegate/fencegate/tokens"
 )
@@ -152,6 +154,7 @@ type stateCollector struct {
 	highWater, term, hasLeader, leader, changes *prometheus.Desc
 }
 
+// newStateCollector returns the collector of g's state.
 func newStateCollector(g *Gateway) *stateCollector {
 	return &stateCollector{
 		g: g,
@@ -188,18 +191,103 @@ func (c *stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for fence, hw := range hws {
 		ch <- prometheus.MustNewConstMetric(c.highWater, prometheus.GaugeValue, float64(hw), fence)
 	}
-	for _, t := range c.g.terms.Terms() {
+	terms := c.g.terms.Terms()
+	for i, label := range electionLabels(terms) {
+		t := terms[i]
+		if label == "" || !c.g.knownElection(t) {
+			continue
+		}
 		has := 0.0
 		if t.HasLeader() {
 			has = 1
 		}
-		ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(t.Rev), t.Election)
-		ch <- prometheus.MustNewConstMetric(c.hasLeader, prometheus.GaugeValue, has, t.Election)
+		ch <- prometheus.MustNewConstMetric(c.term, prometheus.GaugeValue, float64(t.Rev), label)
+		ch <- prometheus.MustNewConstMetric(c.hasLeader, prometheus.GaugeValue, has, label)
 		if t.HasLeader() {
-			ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, 1, t.Election, leaderLabel(t.Leader))
+			ch <- prometheus.MustNewConstMetric(c.leader, prometheus.GaugeValue, 1, label, leaderLabel(t.Leader))
 		}
-		ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(t.Changes), t.Election)
+		ch <- prometheus.MustNewConstMetric(c.changes, prometheus.CounterValue, float64(t.Changes), label)
 	}
+}
+
+// knownFence reports whether fence is known to this replica, for the
+// metric labels naming it: a backend accepted a write to it (a mark), or
+// its term source saw its election. A term learnt from a token a client
+// sent (election.TokenLearner) does not make it known: the token is
+// learnt before the write is tried, and anyone can send one, for a new
+// name each time, and have the write refused.
+func (g *Gateway) knownFence(fence string) bool {
+	switch {
+	case g.marked(fence):
+		return true
+	case g.fromTokens(fence):
+		return false
+	}
+	return tokens.Ceiling(g.terms.Term(fence)) > 0
+}
+
+// knownElection reports whether a term the source lists gets series of its
+// own: unless it was learnt from a token (knownFence), it is an election
+// the source sees.
+func (g *Gateway) knownElection(t election.Term) bool {
+	return !g.fromTokens(t.Election) || g.marked(t.Election)
+}
+
+// fromTokens reports whether fence's terms may be learnt from a token a
+// client sent (election.Router, election.Monotonic).
+func (g *Gateway) fromTokens(fence string) bool {
+	l, ok := g.terms.(election.TokenLearner)
+	return ok && l.FromTokens(fence)
+}
+
+// marked reports whether a backend holds a mark for fence, as far as this
+// replica knows: a write to it was accepted.
+func (g *Gateway) marked(fence string) bool {
+	for i := range g.trackers {
+		if g.trackers[i].HighWater(fence) > 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// electionLabels are the election label values of terms, by index: the
+// name itself, or for a name that is not UTF-8 (etcd keys are bytes, and
+// the registry refuses such a label value: the whole scrape would fail)
+// the name with each run of invalid bytes replaced by U+FFFD. Such a
+// name is never a fence name, but its election is shown. A replaced name
+// that is another election's label value already is "" (no series): two
+// series with the same labels fail the scrape too.
+func electionLabels(terms []election.Term) []string {
+	labels := make([]string, len(terms))
+	var used map[string]bool
+	for i, t := range terms {
+		labels[i] = t.Election
+		if !utf8.ValidString(t.Election) && used == nil {
+			used = make(map[string]bool, len(terms))
+		}
+	}
+	if used == nil {
+		return labels
+	}
+	for _, t := range terms {
+		if utf8.ValidString(t.Election) {
+			used[t.Election] = true
+		}
+	}
+	for i, t := range terms {
+		if utf8.ValidString(t.Election) {
+			continue
+		}
+		label := strings.ToValidUTF8(t.Election, "\uFFFD")
+		if used[label] {
+			label = ""
+		} else {
+			used[label] = true
+		}
+		labels[i] = label
+	}
+	return labels
 }
 
 // maxLeaderLabel bounds the leader label: a campaign value can be any

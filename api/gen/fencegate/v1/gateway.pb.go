@@ -415,13 +415,17 @@ func (x *GetFenceRequest) GetFence() string {
 
 type Fence struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// The fence's name. An election's name is an etcd key segment, any
+	// bytes: each run of invalid UTF-8 bytes in one is sent as U+FFFD.
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
 	// Highest token the backend accepted for this fence.
 	HighWater uint64 `protobuf:"varint,2,opt,name=high_water,json=highWater,proto3" json:"high_water,omitempty"`
 	// Current term of the fence's election (the leader key's create revision);
 	// 0 when no leader.
 	Term uint64 `protobuf:"varint,3,opt,name=term,proto3" json:"term,omitempty"`
-	// The current leader's value in the election.
+	// The current leader's value in the election: what it campaigned with,
+	// with each run of invalid UTF-8 bytes (etcd values are bytes) replaced
+	// by U+FFFD.
 	Leader        string `protobuf:"bytes,4,opt,name=leader,proto3" json:"leader,omitempty"`
 	HasLeader     bool   `protobuf:"varint,5,opt,name=has_leader,json=hasLeader,proto3" json:"has_leader,omitempty"`
 	unknownFields protoimpl.UnknownFields

@@ -83,7 +83,7 @@ func crossOrigin(next http.Handler) http.Handler {
 // boundary (a policy may grant anonymous callers, "*").
 func loopbackHosts(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && loopback(local) && !localHost(r.Host) {
+		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && loopback(local) && !LocalHost(r.Host) {
 			http.Error(w, fmt.Sprintf("fencegate: refused Host %.100q on a loopback listener that takes callers with no identity: only an IP address or localhost names this machine "+
 				"(a web page reaches 127.0.0.1 under a name of its own: DNS rebinding); connect to 127.0.0.1 or localhost, or require client certificates or bearer tokens", r.Host),
 				http.StatusMisdirectedRequest)
@@ -99,9 +99,9 @@ func loopback(a net.Addr) bool {
 	return ok && t.IP.IsLoopback()
 }
 
-// localHost says whether a Host header names this machine without DNS:
+// LocalHost says whether a Host header names this machine without DNS:
 // an IP address, or localhost (RFC 6761: never sent to DNS).
-func localHost(hostport string) bool {
+func LocalHost(hostport string) bool {
 	host := hostport
 	if h, _, err := net.SplitHostPort(hostport); err == nil {
 		host = h
@@ -117,10 +117,13 @@ func localHost(hostport string) bool {
 // OpsHandler serves only /healthz, /readyz and /metrics, answering as
 // HTTPHandler does: for a plain-HTTP listener of their own that probes and
 // Prometheus reach without the client certificate the main port may want.
+// Its callers have no identity, so on a loopback connection it answers
+// only a Host that names this machine without DNS (loopbackHosts): a web
+// page under a rebound name would read the terms /metrics shows.
 func OpsHandler(cfg HTTPConfig) http.Handler {
 	mux := http.NewServeMux()
 	registerOps(mux, cfg)
-	return mux
+	return loopbackHosts(mux)
 }
 
 func registerOps(mux *http.ServeMux, cfg HTTPConfig) {

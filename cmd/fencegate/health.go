@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
+	"github.com/fencegate/fencegate/proxy/policy"
 )
 
 // readinessInterval is how often the readiness check runs for the gRPC
@@ -35,6 +36,10 @@ type readiness struct {
 	// draining is closed when the server starts draining: it ends the
 	// health watches, which would otherwise hold GracefulStop up.
 	draining chan struct{}
+	// authRequired refuses watches to callers with no identity; watches
+	// holds a slot per open watch (maxHealthWatches).
+	authRequired bool
+	watches      chan struct{}
 
 	mu        sync.Mutex
 	known     bool
@@ -42,10 +47,21 @@ type readiness struct {
 	lastError string // "" when ready
 }
 
-func newReadiness(reg prometheus.Registerer, log *slog.Logger, check func(context.Context) error) *readiness {
+// maxHealthWatches bounds the health watches open at once, server-wide:
+// each holds goroutines for as long as its client likes. Probes use
+// Check; Watch is for the client-side health checking of gRPC clients,
+// one per connection.
+const maxHealthWatches = 1024
+
+// newReadiness returns the readiness of a server; authRequired says the
+// server refuses callers with no identity, whose health watches it then
+// refuses too (Check stays open to probes).
+func newReadiness(reg prometheus.Registerer, log *slog.Logger, authRequired bool, check func(context.Context) error) *readiness {
 	r := &readiness{
-		check:  check,
-		health: health.NewServer(),
+		check:        check,
+		authRequired: authRequired,
+		watches:      make(chan struct{}, maxHealthWatches),
+		health:       health.NewServer(),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencegate_ready",
 			Help: "1 when this replica is ready (what /readyz answers 200 to: election watch synced, etcd and the backends answer), else 0.",
@@ -150,8 +166,22 @@ func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckReque
 
 // Watch is the standard server's, except that the stream ends, after
 // NOT_SERVING, once the server drains: a watch never ends on its own, and
-// GracefulStop would wait for it for the whole --shutdown-timeout.
+// GracefulStop would wait for it for the whole --shutdown-timeout. A
+// watch lives as long as its client likes: it is refused to callers with
+// no identity where one is required (UNAUTHENTICATED, as their writes
+// are), and past maxHealthWatches (RESOURCE_EXHAUSTED).
 func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
+	if h.r.authRequired {
+		if c := policy.CallerFrom(stream.Context()); c == nil || c.Principal == "" {
+			return status.Error(codes.Unauthenticated, "fencegate: a health watch needs a verified client certificate or bearer token; probes use Check")
+		}
+	}
+	select {
+	case h.r.watches <- struct{}{}:
+		defer func() { <-h.r.watches }()
+	default:
+		return status.Errorf(codes.ResourceExhausted, "fencegate: %d health watches are open, the most this server holds; use Check, or retry later", maxHealthWatches)
+	}
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	go func() {

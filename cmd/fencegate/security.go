@@ -8,6 +8,9 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"os/user"
+	"path/filepath"
+	"strconv"
 	"strings"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -164,17 +167,23 @@ func (s *security) loadPolicy(c securityConfig, log *slog.Logger, reg prometheus
 }
 
 // checkFileMode refuses a file that decides whom fencegate trusts when
-// users other than its owner may change it: writable by group or others,
-// anyone of them could add a token, a rule or a CA (sshd's StrictModes).
-// The private key (--key-file) may not be read by others either. A file
-// that cannot be stat'ed is the read's to report.
+// users other than root and fencegate's own may change it, as sshd's
+// StrictModes does: the file writable by group or others, or owned by
+// another user; or a directory on its way from / (the path as given, and
+// once symbolic links are resolved) where group or others may write
+// without the sticky bit, or owned by another user: anyone of them could
+// add a token, a rule or a CA, or rename a file of their own over it.
+// The private key (--key-file) may not be read by others either. A
+// directory on a file system mounted read-only (a Kubernetes ConfigMap's,
+// mode 0777) cannot be written, whatever its mode. A file that cannot be
+// stat'ed is the read's to report.
 func checkFileMode(flagName, path string) error {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil
 	}
 	perm := fi.Mode().Perm()
-	e := &fileModeError{flag: flagName, path: path, perm: perm, fix: "go-w"}
+	e := &fileModeError{flag: flagName, path: path, perm: perm, fix: "go-w", owner: -1}
 	if flagName == "--key-file" {
 		e.fix = "g-w,o-rwx"
 	}
@@ -185,20 +194,88 @@ func checkFileMode(flagName, path string) error {
 		e.readable = true
 		return e
 	}
+	if uid, ok := fileOwner(fi); ok && !trustedOwner(uid) {
+		e.owner = int64(uid)
+		return e
+	}
+	for _, dir := range parentDirs(path) {
+		if err := checkDir(e, dir); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// checkDir refuses dir, a directory on the way to e.path, as e when others
+// than root and fencegate's user may rename files in it.
+func checkDir(e *fileModeError, dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil || onReadOnlyFS(dir) {
+		return nil
+	}
+	e.dir, e.perm = dir, fi.Mode().Perm()
+	if e.perm&0o022 != 0 && fi.Mode()&fs.ModeSticky == 0 {
+		return e
+	}
+	if uid, ok := fileOwner(fi); ok && !trustedOwner(uid) {
+		e.owner = int64(uid)
+		return e
+	}
+	return nil
+}
+
+// parentDirs returns the directories from path's up to /, for the path as
+// given and for the path with its symbolic links resolved (a link's
+// target directory decides as much as the link's own).
+func parentDirs(path string) []string {
+	var dirs []string
+	seen := map[string]bool{}
+	add := func(p string) {
+		for d := filepath.Dir(p); !seen[d]; d = filepath.Dir(d) {
+			seen[d] = true
+			dirs = append(dirs, d)
+		}
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return nil
+	}
+	add(abs)
+	if resolved, err := filepath.EvalSymlinks(abs); err == nil {
+		add(resolved)
+	}
+	return dirs
+}
+
+// trustedOwner says whether a file owned by uid is root's or fencegate's.
+func trustedOwner(uid uint32) bool {
+	return uid == 0 || int(uid) == os.Geteuid()
 }
 
 // fileModeError is a file checkFileMode refuses.
 type fileModeError struct {
 	flag, path string
+	dir        string // the directory at fault; "" for the file itself
 	perm       fs.FileMode
-	readable   bool // a secret others may read (else: others may write it)
+	owner      int64 // the untrusted owner at fault; -1 for a mode
+	readable   bool  // a secret others may read (else: others may write it)
 	fix        string
 }
 
 func (e *fileModeError) Error() string {
+	subject, what, target := fmt.Sprintf("%s %s is", e.flag, e.path), "change what fencegate trusts", e.path
+	if e.dir != "" {
+		subject, what, target = fmt.Sprintf("%s %s is in %s,", e.flag, e.path, e.dir), "replace the file", e.dir
+	}
+	if e.owner >= 0 {
+		trusted := "root"
+		if os.Geteuid() != 0 {
+			trusted = "root or fencegate's user, " + userName(int64(os.Geteuid()))
+		}
+		return fmt.Sprintf("%s owned by %s, not by %s, who could %s: chown %d %s", subject, userName(e.owner), trusted, what, os.Geteuid(), target)
+	}
 	if e.readable {
-		return fmt.Sprintf("%s %s is readable by others (mode %04o), and it is a private key: chmod %s %s", e.flag, e.path, uint32(e.perm), e.fix, e.path)
+		return fmt.Sprintf("%s readable by others (mode %04o), and it is a private key: chmod %s %s", subject, uint32(e.perm), e.fix, target)
 	}
 	who := "group and others"
 	switch e.perm & 0o022 {
@@ -207,7 +284,19 @@ func (e *fileModeError) Error() string {
 	case 0o002:
 		who = "others"
 	}
-	return fmt.Sprintf("%s %s is writable by %s (mode %04o), who could change what fencegate trusts: chmod %s %s", e.flag, e.path, who, uint32(e.perm), e.fix, e.path)
+	if e.dir != "" {
+		return fmt.Sprintf("%s writable by %s without the sticky bit (mode %04o), who could %s: chmod go-w %s", subject, who, uint32(e.perm), what, target)
+	}
+	return fmt.Sprintf("%s writable by %s (mode %04o), who could %s: chmod %s %s", subject, who, uint32(e.perm), what, e.fix, target)
+}
+
+// userName is "uid N", with the user's name when this host knows it.
+func userName(uid int64) string {
+	id := strconv.FormatInt(uid, 10)
+	if u, err := user.LookupId(id); err == nil {
+		return u.Username + " (uid " + id + ")"
+	}
+	return "uid " + id
 }
 
 // reload is SIGHUP: certificates, token file and policy are re-read, the

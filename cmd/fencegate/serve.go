@@ -446,7 +446,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 		}
 		return gw.Ready(ctx)
 	}
-	readiness := newReadiness(reg, log, ready)
+	readiness := newReadiness(reg, log, sec.authn.Required(), ready)
 	readiness.register(gs)
 	opsCfg := api.HTTPConfig{
 		Ready:   readiness.Check,

@@ -7,5 +7,8 @@
 // restarted on the same data directory and URLs.
 //
 // It does not provide a production etcd: the server is a single member,
-// listens on plain HTTP and is meant for loopback use.
+// listens on plain HTTP and is meant for loopback use. Its clients speak
+// gRPC: etcd's JSON gateway (/v3/...) is off, and its HTTP endpoints
+// answer neither other origins (CORS) nor Host names other than loopback
+// ones and the client URL's host (DNS rebinding).
 package embedded

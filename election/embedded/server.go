@@ -122,6 +122,12 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	ec.AdvertisePeerUrls = []url.URL{peerURL}
 	ec.InitialCluster = ec.InitialClusterFromName(cfg.Name)
 	ec.UnsafeNoFsync = cfg.NoFsync
+	// Web pages can reach a loopback etcd: embed's defaults serve the
+	// JSON gateway (/v3/kv/deleterange takes a no-cors POST), CORS "*"
+	// and any Host (DNS rebinding). Clients here speak gRPC.
+	ec.EnableGRPCGateway = false
+	ec.CORS = map[string]struct{}{clientURL.Scheme + "://" + clientURL.Host: {}} // empty would mean "*"
+	ec.HostWhitelist = map[string]struct{}{"localhost": {}, "127.0.0.1": {}, "::1": {}, clientURL.Hostname(): {}}
 	if t := cfg.ClientTLS; t != nil {
 		ec.ClientTLSInfo.CertFile = t.CertFile
 		ec.ClientTLSInfo.KeyFile = t.KeyFile

@@ -1,0 +1,93 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"net"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencegate/fencegate/proxy/policy"
+)
+
+// TestHealthWatchBounds: where an identity is required, a caller without
+// one may Check but not Watch; past maxHealthWatches open watches, the
+// next is refused until one ends.
+func TestHealthWatchBounds(t *testing.T) {
+	r := newReadiness(prometheus.NewRegistry(), slog.New(slog.DiscardHandler), true, func(context.Context) error { return nil })
+	// A hand-written stand-in for the authenticator: the principal is
+	// what the client says.
+	identify := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+		c := &policy.Caller{}
+		if v := metadata.ValueFromIncomingContext(ss.Context(), "x-test-principal"); len(v) > 0 {
+			c.Principal = v[0]
+		}
+		return handler(srv, &callerServerStream{ss, policy.NewContext(ss.Context(), c)})
+	}
+	gs := grpc.NewServer(grpc.ChainStreamInterceptor(identify))
+	r.register(gs)
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = gs.Serve(lis) }()
+	defer gs.Stop()
+	conn, err := grpc.NewClient(lis.Addr().String(), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	hc := healthpb.NewHealthClient(conn)
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	watch := func(ctx context.Context, principal string) error {
+		t.Helper()
+		if principal != "" {
+			ctx = metadata.AppendToOutgoingContext(ctx, "x-test-principal", principal)
+		}
+		s, err := hc.Watch(ctx, &healthpb.HealthCheckRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Recv()
+		return err
+	}
+
+	if _, err := hc.Check(ctx, &healthpb.HealthCheckRequest{}); err != nil {
+		t.Errorf("anonymous Check: got %v, want an answer", err)
+	}
+	if got := status.Code(watch(ctx, "")); got != codes.Unauthenticated {
+		t.Errorf("anonymous Watch: got %v, want %v", got, codes.Unauthenticated)
+	}
+	first, endFirst := context.WithCancel(ctx)
+	if err := watch(first, "token:lb"); err != nil {
+		t.Fatalf("Watch with an identity: %v", err)
+	}
+	for range maxHealthWatches - 1 {
+		if err := watch(ctx, "token:lb"); err != nil {
+			t.Fatalf("Watch with an identity: %v", err)
+		}
+	}
+	if got := status.Code(watch(ctx, "token:lb")); got != codes.ResourceExhausted {
+		t.Errorf("Watch %d: got %v, want %v", maxHealthWatches+1, got, codes.ResourceExhausted)
+	}
+	endFirst()
+	waitFor(t, "a watch's slot to free up", func() bool { return len(r.watches) < maxHealthWatches })
+	if err := watch(ctx, "token:lb"); err != nil {
+		t.Errorf("Watch once one ended: got %v, want an answer", err)
+	}
+}
+
+type callerServerStream struct {
+	grpc.ServerStream
+	ctx context.Context
+}
+
+func (s *callerServerStream) Context() context.Context { return s.ctx }

@@ -38,6 +38,8 @@ type Call struct {
 	// holds other calls too.
 	taken bool
 	batch *batch
+	// left: the call was counted out of its batch (leave).
+	left atomic.Bool
 }
 
 // Init prepares the call to run under ctx.
@@ -47,6 +49,16 @@ func (c *Call) Init(ctx context.Context) {
 		c.done = make(chan struct{}, 1)
 	}
 	c.taken, c.batch = false, nil
+	c.left.Store(false)
+}
+
+// leave counts the call out of bt, its batch, once: its caller gave up
+// (Do), or the batch finished it before sending it (Sift). The last call
+// to leave ends the batch's I/O.
+func (c *Call) leave(bt *batch) {
+	if bt != nil && c.left.CompareAndSwap(false, true) && bt.left.Add(-1) == 0 {
+		bt.cancel()
+	}
 }
 
 // Context returns the caller's context.
@@ -150,9 +162,7 @@ func (q *Coalescer[T]) Do(c T) Outcome {
 	default:
 	}
 	// Orphaned: the last caller of a batch to leave ends its I/O.
-	if bt != nil && bt.left.Add(-1) == 0 {
-		bt.cancel()
-	}
+	b.leave(bt)
 	return Orphaned
 }
 
@@ -317,16 +327,42 @@ func (r *Recheck) Refusal(fence string, t tokens.Token) *tokens.RefusalError {
 	return nil
 }
 
-// Sift returns calls without those refused, each of which it hands to
-// refuse (which must finish it). It copies calls only when it drops one.
-func Sift[T Caller](calls []T, refused func(T) bool) []T {
+// Sendable is a Caller the send check decides on (Sift).
+type Sendable interface {
+	Caller
+	// Fenced returns the write's fence and token.
+	Fenced() (fence string, t tokens.Token)
+	// Refuse finishes the call with r, nothing sent.
+	Refuse(r *tokens.RefusalError)
+}
+
+// Sift returns calls, a batch Do formed, without those r's check refuses.
+// Each refused call leaves the batch, as one whose caller gave up does,
+// so that the batch's I/O ends once every call it still sends is given
+// up, and is then finished with its refusal. Sift copies calls only when
+// it drops one.
+func Sift[T Sendable](r *Recheck, calls []T) []T {
+	f := r.f.Load()
+	if f == nil {
+		return calls
+	}
+	drop := func(c T) bool {
+		refusal := (*f)(c.Fenced())
+		if refusal == nil {
+			return false
+		}
+		b := c.base()
+		b.leave(b.batch) // before Refuse: once finished, c may be reused
+		c.Refuse(refusal)
+		return true
+	}
 	for i, c := range calls {
-		if !refused(c) {
+		if !drop(c) {
 			continue
 		}
 		kept := append(make([]T, 0, len(calls)-1), calls[:i]...)
 		for _, c := range calls[i+1:] {
-			if !refused(c) {
+			if !drop(c) {
 				kept = append(kept, c)
 			}
 		}

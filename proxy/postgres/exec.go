@@ -94,7 +94,7 @@ func (b *Backend) runBatch(calls []*call) {
 		return
 	}
 	defer b.release(ctx, conn)
-	if calls = coalesce.Sift(calls, b.refused); len(calls) == 0 {
+	if calls = coalesce.Sift(&b.recheck, calls); len(calls) == 0 {
 		return
 	}
 	b.exec(ctx, conn.Conn(), calls)
@@ -106,15 +106,11 @@ func (b *Backend) runBatch(calls []*call) {
 // f's answer, nothing sent. The gateway that owns the backend sets it.
 func (b *Backend) SetSendCheck(f coalesce.SendCheck) { b.recheck.Set(f) }
 
-// refused finishes c with the send check's refusal, if it has one.
-func (b *Backend) refused(c *call) bool {
-	r := b.recheck.Refusal(c.fence, c.token)
-	if r == nil {
-		return false
-	}
-	c.finish(nil, r)
-	return true
-}
+// Fenced returns the write's fence and token (coalesce.Sendable).
+func (c *call) Fenced() (string, tokens.Token) { return c.fence, c.token }
+
+// Refuse finishes the call with r, nothing sent (coalesce.Sendable).
+func (c *call) Refuse(r *tokens.RefusalError) { c.finish(nil, r) }
 
 // serverSaid is the message of a refusal for the server's error pgErr at
 // at: where it was reported, the server's message, its SQLSTATE and its

@@ -123,7 +123,7 @@ func (c *call) release() {
 func (b *Backend) runBatch(calls []*call) {
 	ctx, cancel := coalesce.BatchContext(calls)
 	defer cancel()
-	if calls = coalesce.Sift(calls, b.refused); len(calls) == 0 {
+	if calls = coalesce.Sift(&b.recheck, calls); len(calls) == 0 {
 		return
 	}
 	if len(calls) == 1 {
@@ -165,15 +165,13 @@ func (b *Backend) runBatch(calls []*call) {
 // that owns the backend sets it.
 func (b *Backend) SetSendCheck(f coalesce.SendCheck) { b.recheck.Set(f) }
 
-// refused finishes c with the send check's refusal, if it has one.
-func (b *Backend) refused(c *call) bool {
-	r := b.recheck.Refusal(c.fence, c.token)
-	if r == nil {
-		return false
-	}
+// Fenced returns the write's fence and token (coalesce.Sendable).
+func (c *call) Fenced() (string, tokens.Token) { return c.fence, c.token }
+
+// Refuse finishes the call with r, nothing sent (coalesce.Sendable).
+func (c *call) Refuse(r *tokens.RefusalError) {
 	c.err = r
 	c.Finish()
-	return true
 }
 
 // eval runs c's script with EVAL, which loads it: for a server that lost

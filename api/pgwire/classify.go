@@ -191,7 +191,9 @@ func classify(sql string) *verdict {
 		if errors.As(err, &perr) {
 			msg = perr.Message
 		}
-		vd.refuse = "cannot parse the SQL (" + msg + "), so cannot tell whether it is fenced"
+		// Cut: the parser quotes the text from its error on, all of it
+		// for an unterminated string.
+		vd.refuse = "cannot parse the SQL (" + clipText(msg) + "), so cannot tell whether it is fenced"
 		return vd
 	}
 	n := len(tree.Stmts)

@@ -239,6 +239,8 @@ func (c *session) startSegment() error {
 			c.portals[ch.name] = ch.vd
 		case 'p':
 			delete(c.portals, ch.name)
+		case 'S':
+			clear(c.stmts)
 		}
 	}
 	// Then what SQL DEALLOCATE took, in Queries, which end their
@@ -607,7 +609,7 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			return err
 		}
 	}
-	if len(c.changes) >= maxChanges && (t == 'P' || t == 'B' || t == 'C') {
+	if len(c.changes) >= maxChanges && (t == 'P' || t == 'B' || t == 'C' || t == 'E') {
 		return c.refuseSegment(c.refusalOf(whyChanges))
 	}
 	g := reply{msg: t, chg: -1}
@@ -720,6 +722,17 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			// Checked now, in message order: what the names refer to
 			// when the server runs this Execute.
 			why = c.executesEnd(vd)
+			// SQL DEALLOCATE (psycopg's pipeline mode sends it so): the
+			// statement is gone once this Execute completes, a change
+			// in order with the segment's Parses and Closes. A name the
+			// segment then uses is none to the server, which skips the
+			// rest of the segment if the DEALLOCATE fails.
+			switch {
+			case vd.deallocAll:
+				ch = &change{what: 'S'}
+			case len(vd.deallocates) == 1:
+				ch = &change{what: 's', name: string(nameKey([]byte(vd.deallocates[0])))}
+			}
 		}
 	case 'C':
 		if len(body) < 2 {
@@ -1013,7 +1026,7 @@ func (c *session) check() error {
 		b = appendClose(b, 'P', portal)
 		c.push(reply{msg: 'C', own: ownCheck, chg: -1})
 	}
-	c.out = b
+	c.out = keepBuf(b)
 	if _, err := c.sw.Write(b); err != nil {
 		return err
 	}
@@ -1056,7 +1069,7 @@ func (c *session) reparse(name []byte, vd *verdict) error {
 	}
 	b := appendClose(c.out[:0], 'S', string(name))
 	b = appendParse(b, string(name), vd.text)
-	c.out = b
+	c.out = keepBuf(b)
 	c.push(reply{msg: 'C', own: ownAborted, chg: -1})
 	c.push(reply{msg: 'P', own: ownAborted, chg: -1})
 	_, err := c.sw.Write(b)
@@ -1093,8 +1106,9 @@ func (c *session) failSegment(sql string, g reply) error {
 
 // cerr is refusalError in C2S's buffer.
 func (c *session) cerr(r *tokens.RefusalError) []byte {
-	c.out = refusalError(c.out[:0], r)
-	return c.out
+	b := refusalError(c.out[:0], r)
+	c.out = keepBuf(b)
+	return b
 }
 
 // executesEnd refuses SQL EXECUTE of a statement the protocol prepared

@@ -79,7 +79,7 @@ type reply struct {
 // or removes; it holds once the server confirms it (S2C sets ok), and is
 // applied to the session's maps at the next segment's start.
 type change struct {
-	what byte   // 'P' Parse, 'B' Bind, 's' Close statement, 'p' Close portal
+	what byte   // 'P' Parse, 'B' Bind, 's' Close statement, 'p' Close portal, 'S' every statement (DEALLOCATE ALL)
 	name string // nameKey's
 	vd   *verdict
 	ok   bool
@@ -664,9 +664,10 @@ func (c *session) pushChange(g reply, ch change) {
 	c.changes = append(c.changes, ch)
 	g.chg = int32(len(c.changes) - 1)
 	c.qmu.Unlock()
-	if ch.what == 'P' || ch.what == 's' {
+	switch ch.what {
+	case 'P', 's':
 		c.segStmts[ch.name] = g.chg
-	} else {
+	case 'B', 'p':
 		c.segPortals[ch.name] = g.chg
 	}
 	c.push(g)
@@ -1192,8 +1193,9 @@ func sqlState(r *tokens.RefusalError) string {
 
 // serr is refusalError in S2C's buffer.
 func (c *session) serr(r *tokens.RefusalError) []byte {
-	c.sout = refusalError(c.sout[:0], r)
-	return c.sout
+	b := refusalError(c.sout[:0], r)
+	c.sout = keepBuf(b)
+	return b
 }
 
 // refusalError appends the ErrorResponse of a refusal to dst.

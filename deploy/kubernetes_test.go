@@ -42,9 +42,12 @@ type certificate struct {
 	metav1.ObjectMeta `json:"metadata"`
 	Spec              struct {
 		SecretName  string   `json:"secretName"`
+		IsCA        bool     `json:"isCA"`
+		CommonName  string   `json:"commonName"`
 		Duration    string   `json:"duration"`
 		RenewBefore string   `json:"renewBefore"`
 		DNSNames    []string `json:"dnsNames"`
+		URIs        []string `json:"uris"`
 		Usages      []string `json:"usages"`
 		PrivateKey  struct {
 			Algorithm      string `json:"algorithm"`
@@ -55,6 +58,19 @@ type certificate struct {
 			Kind string `json:"kind"`
 			Name string `json:"name"`
 		} `json:"issuerRef"`
+	} `json:"spec"`
+}
+
+// issuer is a cert-manager Issuer, as the example makes them: self-signed,
+// or a CA whose key and certificate are in a Secret.
+type issuer struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		SelfSigned *struct{} `json:"selfSigned"`
+		CA         *struct {
+			SecretName string `json:"secretName"`
+		} `json:"ca"`
 	} `json:"spec"`
 }
 
@@ -144,6 +160,8 @@ func decodeManifests(t *testing.T, where string, data []byte) *objects {
 			v = &serviceMonitor{}
 		case "cert-manager.io/v1 Certificate":
 			v = &certificate{}
+		case "cert-manager.io/v1 Issuer":
+			v = &issuer{}
 		case "kustomize.config.k8s.io/v1beta1 Kustomization":
 			v = &kustomization{}
 		default:

@@ -415,7 +415,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger, started func(
 
 	gopts := append(api.ServerOptions(cfg.MaxBodyBytes),
 		grpc.ChainUnaryInterceptor(sec.authn.UnaryServerInterceptor()),
-		grpc.ChainStreamInterceptor(sec.authn.StreamServerInterceptor()),
+		grpc.ChainStreamInterceptor(sec.authn.StreamServerInterceptor(), reflectionBounds(sec.authn.Required())),
 	)
 	if tc := sec.tls.Config(); tc != nil {
 		gopts = append(gopts, grpc.Creds(credentials.NewTLS(tc)))

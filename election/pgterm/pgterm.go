@@ -110,6 +110,10 @@ type Source struct {
 	floors map[string]int64
 	// full: a row was found of an election past maxNames (logged once).
 	full bool
+	// reads numbers the reads as they start; storedAt is, by name, the
+	// number of the read memory's term is from (store).
+	reads    uint64
+	storedAt map[string]uint64
 }
 
 // Open connects to cfg.DSN and checks that the term table exists and that
@@ -154,7 +158,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	}
 	s := &Source{
 		pool: pool, lockKey: cfg.LockKey, poll: cfg.Poll, log: cfg.Logger,
-		terms: map[string]election.Term{}, shared: map[string]string{}, floors: map[string]int64{},
+		terms: map[string]election.Term{}, shared: map[string]string{}, floors: map[string]int64{}, storedAt: map[string]uint64{},
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
@@ -271,9 +275,11 @@ func (s *Source) Verify(ctx context.Context, name string, token int64) (election
 	var term int64
 	var held bool
 	var other *string
-	s.mu.RLock()
+	s.mu.Lock()
 	high := s.terms[name].Last
-	s.mu.RUnlock()
+	s.reads++
+	seq := s.reads
+	s.mu.Unlock()
 	err := s.pool.QueryRow(ctx, s.verifySQL, name).Scan(&term, &held, &other)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return election.Term{Election: name}, false, nil
@@ -281,14 +287,22 @@ func (s *Source) Verify(ctx context.Context, name string, token int64) (election
 	if err != nil {
 		return election.Term{Election: name}, false, fmt.Errorf("pgterm: read term of %q: %w", name, err)
 	}
-	t := s.store(name, term, held, other, high)
+	t := s.store(name, term, held, other, high, seq)
 	return t, token <= term, nil
 }
 
 // store records a read of name and returns its term. other is another
 // election whose name derives name's lock key, nil if none: then the lock
 // shows no leader of name's. high is the highest term of the reads that
-// had finished as this one started (memory's Last).
+// had finished as this one started (memory's Last), seq the read's number.
+//
+// A read that started before the one memory's term is from may have
+// seen an older state (a poll begun in the gap between two leaders, done
+// after a Verify saw the next one lead) or a newer one: its term and lock
+// are not taken, only its Last and what it proves of a rewind. Memory
+// then keeps the later read's leader, who would otherwise be refused
+// TERM_ENDED until the next poll; a term that ended meanwhile is the
+// backend's check's to refuse, as any memory behind PostgreSQL's is.
 //
 // A term below high went back for certain (this read's snapshot is later
 // than that read's): the row was deleted and counted again, restored or
@@ -297,7 +311,7 @@ func (s *Source) Verify(ctx context.Context, name string, token int64) (election
 // TERM_ENDED), as the etcd watcher treats a restored etcd; leaders
 // campaign past it. Two reads in flight at once may see states in either
 // order, so memory's term alone proves nothing.
-func (s *Source) store(name string, term int64, held bool, other *string, high int64) election.Term {
+func (s *Source) store(name string, term int64, held bool, other *string, high int64, seq uint64) election.Term {
 	t := election.Term{Election: name, Last: term}
 	if held && other == nil {
 		t.Rev = term
@@ -318,9 +332,20 @@ func (s *Source) store(name string, term int64, held bool, other *string, high i
 	// Only reads that found a row get here, so the names followed are
 	// elections some worker created, never names a caller made up.
 	old, ok := s.terms[name]
+	if ok && seq < s.storedAt[name] {
+		old.Last = max(old.Last, term)
+		if old.Rev != 0 && old.Rev <= floor {
+			old.Rev, old.Leader = 0, ""
+			old.Changes++
+		}
+		s.terms[name] = old
+		s.mu.Unlock()
+		return old
+	}
 	follow := ok || len(s.terms) < maxNames
 	logFull := !follow && !s.full
 	if follow {
+		s.storedAt[name] = seq
 		t.Last = max(t.Last, old.Last)
 		t.Changes = old.Changes
 		if t.Rev != old.Rev {
@@ -382,13 +407,15 @@ func (s *Source) Run(ctx context.Context) error {
 // whose row is gone keeps what was known (and stays followed: its floor
 // must outlive the row, or a row counted again from 1 would go unseen).
 func (s *Source) Refresh(ctx context.Context) error {
-	s.mu.RLock()
+	s.mu.Lock()
 	names := slices.Collect(maps.Keys(s.terms))
 	highs := make(map[string]int64, len(names))
 	for _, name := range names {
 		highs[name] = s.terms[name].Last
 	}
-	s.mu.RUnlock()
+	s.reads++
+	seq := s.reads
+	s.mu.Unlock()
 	if len(names) == 0 {
 		return nil
 	}
@@ -403,7 +430,7 @@ func (s *Source) Refresh(ctx context.Context) error {
 	var held bool
 	var other *string
 	_, err = pgx.ForEachRow(rows, []any{&name, &term, &held, &other}, func() error {
-		s.store(name, term, held, other, highs[name])
+		s.store(name, term, held, other, highs[name], seq)
 		return nil
 	})
 	if err != nil {

@@ -83,7 +83,9 @@ func crossOrigin(next http.Handler) http.Handler {
 // boundary (a policy may grant anonymous callers, "*").
 func loopbackHosts(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && loopback(local) && !LocalHost(r.Host) {
+		// No Host at all (HTTP/1.0: HAProxy's httpchk, a shell probe) is
+		// no browser's: browsers always send one.
+		if local, ok := r.Context().Value(http.LocalAddrContextKey).(net.Addr); ok && loopback(local) && r.Host != "" && !LocalHost(r.Host) {
 			http.Error(w, fmt.Sprintf("fencegate: refused Host %.100q on a loopback listener that takes callers with no identity: only an IP address or localhost names this machine "+
 				"(a web page reaches 127.0.0.1 under a name of its own: DNS rebinding); connect to 127.0.0.1 or localhost, or require client certificates or bearer tokens", r.Host),
 				http.StatusMisdirectedRequest)

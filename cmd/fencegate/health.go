@@ -39,7 +39,7 @@ type readiness struct {
 	// authRequired refuses watches to callers with no identity; watches
 	// holds a slot per open watch (maxHealthWatches).
 	authRequired bool
-	watches      chan struct{}
+	watches      *streamSlots
 
 	mu        sync.Mutex
 	known     bool
@@ -50,7 +50,7 @@ type readiness struct {
 // maxHealthWatches bounds the health watches open at once, server-wide:
 // each holds goroutines for as long as its client likes. Probes use
 // Check; Watch is for the client-side health checking of gRPC clients,
-// one per connection.
+// one per connection. One caller may hold a quarter of them (streamSlots).
 const maxHealthWatches = 1024
 
 // newReadiness returns the readiness of a server; authRequired says the
@@ -60,7 +60,7 @@ func newReadiness(reg prometheus.Registerer, log *slog.Logger, authRequired bool
 	r := &readiness{
 		check:        check,
 		authRequired: authRequired,
-		watches:      make(chan struct{}, maxHealthWatches),
+		watches:      newStreamSlots(maxHealthWatches),
 		health:       health.NewServer(),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencegate_ready",
@@ -176,12 +176,11 @@ func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.H
 			return status.Error(codes.Unauthenticated, "fencegate: a health watch needs a verified client certificate or bearer token; probes use Check")
 		}
 	}
-	select {
-	case h.r.watches <- struct{}{}:
-		defer func() { <-h.r.watches }()
-	default:
-		return status.Errorf(codes.ResourceExhausted, "fencegate: %d health watches are open, the most this server holds; use Check, or retry later", maxHealthWatches)
+	release, ok := h.r.watches.take(stream.Context())
+	if !ok {
+		return status.Errorf(codes.ResourceExhausted, "fencegate: as many health watches are open as this server holds (%d, a quarter of them a caller's); use Check, or retry later", maxHealthWatches)
 	}
+	defer release()
 	ctx, cancel := context.WithCancel(stream.Context())
 	defer cancel()
 	go func() {

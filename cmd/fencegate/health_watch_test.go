@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"net"
 	"testing"
@@ -66,22 +67,39 @@ func TestHealthWatchBounds(t *testing.T) {
 	if got := status.Code(watch(ctx, "")); got != codes.Unauthenticated {
 		t.Errorf("anonymous Watch: got %v, want %v", got, codes.Unauthenticated)
 	}
+	// One caller holds at most a quarter of the watches: four callers
+	// fill them all.
+	per := maxHealthWatches / 4
 	first, endFirst := context.WithCancel(ctx)
-	if err := watch(first, "token:lb"); err != nil {
+	if err := watch(first, "token:lb0"); err != nil {
 		t.Fatalf("Watch with an identity: %v", err)
 	}
-	for range maxHealthWatches - 1 {
-		if err := watch(ctx, "token:lb"); err != nil {
-			t.Fatalf("Watch with an identity: %v", err)
+	for i := range 4 {
+		n := per
+		if i == 0 {
+			n--
+		}
+		for range n {
+			if err := watch(ctx, fmt.Sprintf("token:lb%d", i)); err != nil {
+				t.Fatalf("Watch of token:lb%d: %v", i, err)
+			}
+		}
+		if got := status.Code(watch(ctx, fmt.Sprintf("token:lb%d", i))); got != codes.ResourceExhausted {
+			t.Errorf("Watch %d of token:lb%d: got %v, want %v", per+1, i, got, codes.ResourceExhausted)
 		}
 	}
-	if got := status.Code(watch(ctx, "token:lb")); got != codes.ResourceExhausted {
+	if got := status.Code(watch(ctx, "token:other")); got != codes.ResourceExhausted {
 		t.Errorf("Watch %d: got %v, want %v", maxHealthWatches+1, got, codes.ResourceExhausted)
 	}
 	endFirst()
-	waitFor(t, "a watch's slot to free up", func() bool { return len(r.watches) < maxHealthWatches })
-	if err := watch(ctx, "token:lb"); err != nil {
-		t.Errorf("Watch once one ended: got %v, want an answer", err)
+	for {
+		err := watch(ctx, "token:other")
+		if err == nil {
+			break
+		}
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("Watch once one ended: got %v, want an answer", err)
+		}
 	}
 }
 

@@ -51,7 +51,7 @@ func pprofHandler() http.Handler {
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if !api.LocalHost(r.Host) {
+		if r.Host != "" && !api.LocalHost(r.Host) { // no Host (HTTP/1.0) is no browser's
 			http.Error(w, fmt.Sprintf("fencegate: refused Host %.100q on the pprof listener: only an IP address or localhost names this machine "+
 				"(a web page reaches it under a name of its own: DNS rebinding); connect to 127.0.0.1 or localhost", r.Host),
 				http.StatusMisdirectedRequest)

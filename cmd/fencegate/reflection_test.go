@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"testing"
 
@@ -63,21 +64,31 @@ func TestReflectionBounds(t *testing.T) {
 	if got := status.Code(list(ctx, "")); got != codes.Unauthenticated {
 		t.Errorf("anonymous reflection: got %v, want %v", got, codes.Unauthenticated)
 	}
+	per := maxReflectionStreams / 4
 	first, endFirst := context.WithCancel(ctx)
-	if err := list(first, "token:ops"); err != nil {
+	if err := list(first, "token:ops0"); err != nil {
 		t.Fatalf("reflection with an identity: %v", err)
 	}
-	for range maxReflectionStreams - 1 {
-		if err := list(ctx, "token:ops"); err != nil {
-			t.Fatalf("reflection with an identity: %v", err)
+	for i := range 4 {
+		n := per
+		if i == 0 {
+			n--
+		}
+		for range n {
+			if err := list(ctx, fmt.Sprintf("token:ops%d", i)); err != nil {
+				t.Fatalf("reflection of token:ops%d: %v", i, err)
+			}
+		}
+		if got := status.Code(list(ctx, fmt.Sprintf("token:ops%d", i))); got != codes.ResourceExhausted {
+			t.Errorf("stream %d of token:ops%d: got %v, want %v", per+1, i, got, codes.ResourceExhausted)
 		}
 	}
-	if got := status.Code(list(ctx, "token:ops")); got != codes.ResourceExhausted {
+	if got := status.Code(list(ctx, "token:other")); got != codes.ResourceExhausted {
 		t.Errorf("stream %d: got %v, want %v", maxReflectionStreams+1, got, codes.ResourceExhausted)
 	}
 	endFirst()
 	for {
-		err := list(ctx, "token:ops")
+		err := list(ctx, "token:other")
 		if err == nil {
 			break
 		}

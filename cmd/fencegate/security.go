@@ -207,42 +207,81 @@ func checkFileMode(flagName, path string) error {
 }
 
 // checkDir refuses dir, a directory on the way to e.path, as e when others
-// than root and fencegate's user may rename files in it.
+// than root and fencegate's user may rename files in it: its owner, or
+// anyone its mode lets write without the sticky bit. A read-only mount
+// excuses the mode (a Kubernetes ConfigMap volume is 0777), not the owner,
+// who may write the directory by another path (a read-only bind mount of
+// it).
 func checkDir(e *fileModeError, dir string) error {
 	fi, err := os.Stat(dir)
-	if err != nil || onReadOnlyFS(dir) {
+	if err != nil {
 		return nil
 	}
 	e.dir, e.perm = dir, fi.Mode().Perm()
-	if e.perm&0o022 != 0 && fi.Mode()&fs.ModeSticky == 0 {
-		return e
-	}
 	if uid, ok := fileOwner(fi); ok && !trustedOwner(uid) {
 		e.owner = int64(uid)
+		return e
+	}
+	if e.perm&0o022 != 0 && fi.Mode()&fs.ModeSticky == 0 && !onReadOnlyFS(dir) {
 		return e
 	}
 	return nil
 }
 
-// parentDirs returns the directories from path's up to /, for the path as
-// given and for the path with its symbolic links resolved (a link's
-// target directory decides as much as the link's own).
+// maxLinks bounds the symbolic links parentDirs follows, as the kernel's
+// ELOOP does.
+const maxLinks = 40
+
+// parentDirs returns every directory the kernel looks a name up in to
+// resolve path: those of the path as given, of each symbolic link met on
+// the way (whoever may write a link's directory may replace the link,
+// between fencegate's check and its read of the file), and of the link's
+// target, with each ".." taken after the links before it, as the kernel
+// takes it (filepath.Abs would take "conf/.." away as text, where conf is
+// a link). A name that does not resolve ends the walk: the read fails.
 func parentDirs(path string) []string {
+	if !filepath.IsAbs(path) {
+		wd, err := os.Getwd()
+		if err != nil {
+			return nil
+		}
+		path = wd + "/" + path
+	}
 	var dirs []string
 	seen := map[string]bool{}
-	add := func(p string) {
-		for d := filepath.Dir(p); !seen[d]; d = filepath.Dir(d) {
-			seen[d] = true
-			dirs = append(dirs, d)
+	cur := "/" // resolved so far: no links, no ".."
+	comps := strings.Split(path, "/")
+	for links := 0; len(comps) > 0; {
+		c := comps[0]
+		comps = comps[1:]
+		switch c {
+		case "", ".":
+			continue
+		case "..":
+			cur = filepath.Dir(cur)
+			continue
 		}
-	}
-	abs, err := filepath.Abs(path)
-	if err != nil {
-		return nil
-	}
-	add(abs)
-	if resolved, err := filepath.EvalSymlinks(abs); err == nil {
-		add(resolved)
+		if !seen[cur] {
+			seen[cur] = true
+			dirs = append(dirs, cur)
+		}
+		next := filepath.Join(cur, c)
+		fi, err := os.Lstat(next)
+		if err != nil {
+			return dirs
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			cur = next
+			continue
+		}
+		target, err := os.Readlink(next)
+		if links++; err != nil || links > maxLinks {
+			return dirs
+		}
+		if filepath.IsAbs(target) {
+			cur = "/"
+		}
+		comps = append(strings.Split(target, "/"), comps...)
 	}
 	return dirs
 }

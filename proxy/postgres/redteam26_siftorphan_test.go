@@ -55,6 +55,7 @@ func TestRedTeam26SiftedBatchNeverAbandoned(t *testing.T) {
 }
 
 func siftedBatch(t *testing.T, refuse bool) {
+	t.Helper()
 	// A deployment that allows long statements: the slot is held as long
 	// as statement_timeout lets the stuck write wait.
 	app := unique("rt26sift")

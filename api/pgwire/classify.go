@@ -53,10 +53,11 @@ type verdict struct {
 	// executes names the prepared statements SQL EXECUTE runs: one made
 	// with the protocol's Parse may be COMMIT.
 	executes []string
-	// deallocates names the prepared statements SQL DEALLOCATE drops;
-	// deallocAll, DEALLOCATE ALL or DISCARD ALL drops them all.
-	deallocates []string
-	deallocAll  bool
+	// drops are the changes to the session's prepared statements that
+	// SQL DEALLOCATE (a name: 's'; ALL: 'S') and DISCARD ALL ('S') make
+	// once they ran (PostgreSQL's prepared statements are not
+	// transactional), in order.
+	drops []change
 	// rows lists, in order, the statements whose command tag alone does
 	// not tell the audit what rows they changed (rowsOp).
 	rows []rowsOp
@@ -106,9 +107,6 @@ func rowsOpOf(n *pg_query.Node) rowsOp {
 
 // local says fencegate answers the statement itself: SET fencegate.token
 // or SHOW fencegate.*.
-// drops says the statements drop prepared statements (deallocates).
-func (vd *verdict) drops() bool { return vd.deallocAll || len(vd.deallocates) > 0 }
-
 func (vd *verdict) local() bool { return vd.kind == kindSetToken || vd.kind == kindShow }
 
 // whyLocal is why a local statement is refused in the extended protocol
@@ -326,9 +324,9 @@ func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
 			return kindOther, whyNameASCII
 		}
 		if x.DeallocateStmt.Isall || x.DeallocateStmt.Name == "" {
-			vd.deallocAll = true
+			vd.drops = append(vd.drops, change{what: 'S'})
 		} else {
-			vd.deallocates = append(vd.deallocates, x.DeallocateStmt.Name)
+			vd.drops = append(vd.drops, change{what: 's', name: string(nameKey([]byte(x.DeallocateStmt.Name)))})
 		}
 	case *pg_query.Node_CopyStmt:
 		if x.CopyStmt.IsFrom && !x.CopyStmt.IsProgram && x.CopyStmt.Filename == "" {
@@ -336,7 +334,7 @@ func classifyStmt(n *pg_query.Node, count int, vd *verdict) (stmtKind, string) {
 		}
 	case *pg_query.Node_DiscardStmt:
 		if x.DiscardStmt.Target == pg_query.DiscardMode_DISCARD_ALL && count == 1 {
-			vd.deallocAll = true
+			vd.drops = append(vd.drops, change{what: 'S'})
 			return kindDiscardAll, ""
 		}
 	}

@@ -243,17 +243,6 @@ func (c *session) startSegment() error {
 			clear(c.stmts)
 		}
 	}
-	// Then what SQL DEALLOCATE took, in Queries, which end their
-	// segments: the server forgot those statements, and so may fencegate
-	// (a name it does not know is one SQL PREPARE made, a query).
-	if c.dropAll {
-		clear(c.stmts)
-	}
-	for _, name := range c.dropped {
-		delete(c.stmts, string(nameKey([]byte(name))))
-	}
-	clear(c.dropped)
-	c.dropped, c.dropAll = c.dropped[:0], false
 	if cap(c.changes) > 4096 { // a one-off: do not keep it
 		c.changes = nil
 		c.segStmts, c.segPortals = map[string]int32{}, map[string]int32{}
@@ -456,7 +445,7 @@ func (c *session) query(body, raw []byte) error {
 	// plain BEGIN).
 	deferred := vd.kind == kindSetup && c.needCheck && c.deferCheck()
 	if vd.kind == kindEmpty || deferred || !c.needCheck {
-		c.push(reply{msg: 'Q', chg: -1, text: vd.text, deferred: deferred, mayCopy: vd.copyFrom, vd: vd})
+		c.pushQuery(reply{msg: 'Q', chg: -1, text: vd.text, deferred: deferred, mayCopy: vd.copyFrom, vd: vd})
 		_, err := c.sw.Write(raw)
 		return err
 	}
@@ -499,7 +488,7 @@ func (c *session) query(body, raw []byte) error {
 	}
 	b = finishMsg(append(b, 0), sp)
 	c.out = keepBuf(b)
-	c.push(g)
+	c.pushQuery(g)
 	if _, err := c.sw.Write(b); err != nil {
 		adm.Done(tokens.Refuse(tokens.ReasonBackendUnavailable, c.fence, adm.Token(), "lost the database: %v", err), "", 0)
 		return err
@@ -727,11 +716,9 @@ func (c *session) extended(t byte, body, raw []byte) error {
 			// in order with the segment's Parses and Closes. A name the
 			// segment then uses is none to the server, which skips the
 			// rest of the segment if the DEALLOCATE fails.
-			switch {
-			case vd.deallocAll:
-				ch = &change{what: 'S'}
-			case len(vd.deallocates) == 1:
-				ch = &change{what: 's', name: string(nameKey([]byte(vd.deallocates[0])))}
+			if len(vd.drops) == 1 {
+				drop := vd.drops[0]
+				ch = &drop
 			}
 		}
 	case 'C':

@@ -50,6 +50,7 @@ type reply struct {
 	adm    *proxy.Admission // ownCheck, and Query with prefix
 	why    *tokens.RefusalError
 	chg    int32 // index into session.changes, or -1
+	nchg   int32 // Query: the changes from chg on, confirmed together (pushQuery)
 	text   string
 	// synth, for a Query fencegate rewrote (DISCARD ALL), is the command
 	// tag the client sees in place of its statements' answers, unless
@@ -219,11 +220,6 @@ type session struct {
 	// becomes digest) or the transaction ends: in constant memory too, as
 	// they run before the token is judged, a zombie's included.
 	setup audit.Digest
-	// dropped names the statements SQL DEALLOCATE took from the server
-	// (dropAll: DEALLOCATE ALL, DISCARD ALL), for startSegment to forget;
-	// under qmu.
-	dropped []string
-	dropAll bool
 }
 
 // close closes both connections: the server first, so an open
@@ -658,6 +654,23 @@ func (c *session) syncQueued() bool {
 	return false
 }
 
+// pushQuery queues g, a Query's reply, with the changes its statements
+// make to the session's prepared statements (verdict.drops), confirmed
+// together by its ReadyForQuery without an error. A Query ends its
+// segment, so nothing after it in the segment looks them up. Past
+// maxChanges they are not recorded: fencegate then keeps statements the
+// server dropped, which fails safe (a name it knows is judged by what it
+// was).
+func (c *session) pushQuery(g reply) {
+	if drops := g.vd.drops; len(drops) > 0 && len(c.changes)+len(drops) <= maxChanges {
+		c.qmu.Lock()
+		g.chg, g.nchg = int32(len(c.changes)), int32(len(drops))
+		c.changes = append(c.changes, drops...)
+		c.qmu.Unlock()
+	}
+	c.push(g)
+}
+
 // pushChange records a change and the reply that confirms it.
 func (c *session) pushChange(g reply, ch change) {
 	c.qmu.Lock()
@@ -888,11 +901,11 @@ func (c *session) reply(t byte, body, raw []byte) ([]byte, error) {
 		switch {
 		case t == 'Z':
 			complete = true
-			if !g.failed && g.vd != nil && g.vd.drops() {
-				// PostgreSQL's prepared statements are not transactional:
-				// those DEALLOCATE took are gone, whatever the block does.
-				c.dropped = append(c.dropped, g.vd.deallocates...)
-				c.dropAll = c.dropAll || g.vd.deallocAll
+			if !g.failed {
+				// What DEALLOCATE took is gone, whatever the block does.
+				for i := range g.nchg {
+					c.changes[g.chg+i].ok = true
+				}
 			}
 			if g.synth != "" && !g.failed {
 				out = appendCommandComplete(c.sout[:0], g.synth)

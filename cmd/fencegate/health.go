@@ -14,7 +14,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	fencegatev1 "github.com/fencegate/fencegate/api/gen/fencegate/v1"
-	"github.com/fencegate/fencegate/proxy/policy"
 )
 
 // readinessInterval is how often the readiness check runs for the gRPC
@@ -36,10 +35,9 @@ type readiness struct {
 	// draining is closed when the server starts draining: it ends the
 	// health watches, which would otherwise hold GracefulStop up.
 	draining chan struct{}
-	// authRequired refuses watches to callers with no identity; watches
-	// holds a slot per open watch (maxHealthWatches).
-	authRequired bool
-	watches      *streamSlots
+	// watches holds a slot per open watch (maxHealthWatches), and refuses
+	// callers with no identity where one is required.
+	watches *streamSlots
 
 	mu        sync.Mutex
 	known     bool
@@ -58,10 +56,9 @@ const maxHealthWatches = 1024
 // refuses too (Check stays open to probes).
 func newReadiness(reg prometheus.Registerer, log *slog.Logger, authRequired bool, check func(context.Context) error) *readiness {
 	r := &readiness{
-		check:        check,
-		authRequired: authRequired,
-		watches:      newStreamSlots(maxHealthWatches),
-		health:       health.NewServer(),
+		check:   check,
+		watches: newStreamSlots(maxHealthWatches, authRequired, "health watches", "probes use Check"),
+		health:  health.NewServer(),
 		gauge: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "fencegate_ready",
 			Help: "1 when this replica is ready (what /readyz answers 200 to: election watch synced, etcd and the backends answer), else 0.",
@@ -171,14 +168,9 @@ func (h healthService) Check(ctx context.Context, req *healthpb.HealthCheckReque
 // no identity where one is required (UNAUTHENTICATED, as their writes
 // are), and past maxHealthWatches (RESOURCE_EXHAUSTED).
 func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.Health_WatchServer) error {
-	if h.r.authRequired {
-		if c := policy.CallerFrom(stream.Context()); c == nil || c.Principal == "" {
-			return status.Error(codes.Unauthenticated, "fencegate: a health watch needs a verified client certificate or bearer token; probes use Check")
-		}
-	}
-	release, ok := h.r.watches.take(stream.Context())
-	if !ok {
-		return status.Errorf(codes.ResourceExhausted, "fencegate: as many health watches are open as this server holds (%d, a quarter of them a caller's); use Check, or retry later", maxHealthWatches)
+	release, err := h.r.watches.enter(stream.Context())
+	if err != nil {
+		return err
 	}
 	defer release()
 	ctx, cancel := context.WithCancel(stream.Context())
@@ -190,7 +182,7 @@ func (h healthService) Watch(req *healthpb.HealthCheckRequest, stream healthpb.H
 		case <-ctx.Done():
 		}
 	}()
-	err := h.Server.Watch(req, watchStream{stream, ctx})
+	err = h.Server.Watch(req, watchStream{stream, ctx})
 	select {
 	case <-h.r.draining:
 	default:

@@ -23,16 +23,7 @@ import (
 // next is refused until one ends.
 func TestHealthWatchBounds(t *testing.T) {
 	r := newReadiness(prometheus.NewRegistry(), slog.New(slog.DiscardHandler), true, func(context.Context) error { return nil })
-	// A hand-written stand-in for the authenticator: the principal is
-	// what the client says.
-	identify := func(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
-		c := &policy.Caller{}
-		if v := metadata.ValueFromIncomingContext(ss.Context(), "x-test-principal"); len(v) > 0 {
-			c.Principal = v[0]
-		}
-		return handler(srv, &callerServerStream{ss, policy.NewContext(ss.Context(), c)})
-	}
-	gs := grpc.NewServer(grpc.ChainStreamInterceptor(identify))
+	gs := grpc.NewServer(grpc.ChainStreamInterceptor(saidPrincipal))
 	r.register(gs)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -67,12 +58,33 @@ func TestHealthWatchBounds(t *testing.T) {
 	if got := status.Code(watch(ctx, "")); got != codes.Unauthenticated {
 		t.Errorf("anonymous Watch: got %v, want %v", got, codes.Unauthenticated)
 	}
-	// One caller holds at most a quarter of the watches: four callers
-	// fill them all.
-	per := maxHealthWatches / 4
+	fillStreamSlots(t, maxHealthWatches, "Watch", watch)
+}
+
+// saidPrincipal is a hand-written stand-in for the authenticator's
+// stream interceptor: the principal is what the client says it is
+// (x-test-principal). What is tested is what the bounds do with it.
+func saidPrincipal(srv any, ss grpc.ServerStream, _ *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
+	c := &policy.Caller{}
+	if v := metadata.ValueFromIncomingContext(ss.Context(), "x-test-principal"); len(v) > 0 {
+		c.Principal = v[0]
+	}
+	return handler(srv, &callerServerStream{ss, policy.NewContext(ss.Context(), c)})
+}
+
+// fillStreamSlots holds streamSlots of total to their bounds through
+// open, which opens a stream as principal and returns once it is
+// answered (nil) or refused: one caller holds at most a quarter, four
+// fill them all, a fifth is refused, and once one stream ends another
+// opens.
+func fillStreamSlots(t *testing.T, total int, what string, open func(ctx context.Context, principal string) error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	per := total / 4
 	first, endFirst := context.WithCancel(ctx)
-	if err := watch(first, "token:lb0"); err != nil {
-		t.Fatalf("Watch with an identity: %v", err)
+	if err := open(first, "token:c0"); err != nil {
+		t.Fatalf("%s with an identity: %v", what, err)
 	}
 	for i := range 4 {
 		n := per
@@ -80,25 +92,25 @@ func TestHealthWatchBounds(t *testing.T) {
 			n--
 		}
 		for range n {
-			if err := watch(ctx, fmt.Sprintf("token:lb%d", i)); err != nil {
-				t.Fatalf("Watch of token:lb%d: %v", i, err)
+			if err := open(ctx, fmt.Sprintf("token:c%d", i)); err != nil {
+				t.Fatalf("%s of token:c%d: %v", what, i, err)
 			}
 		}
-		if got := status.Code(watch(ctx, fmt.Sprintf("token:lb%d", i))); got != codes.ResourceExhausted {
-			t.Errorf("Watch %d of token:lb%d: got %v, want %v", per+1, i, got, codes.ResourceExhausted)
+		if got := status.Code(open(ctx, fmt.Sprintf("token:c%d", i))); got != codes.ResourceExhausted {
+			t.Errorf("%s %d of token:c%d: got %v, want %v", what, per+1, i, got, codes.ResourceExhausted)
 		}
 	}
-	if got := status.Code(watch(ctx, "token:other")); got != codes.ResourceExhausted {
-		t.Errorf("Watch %d: got %v, want %v", maxHealthWatches+1, got, codes.ResourceExhausted)
+	if got := status.Code(open(ctx, "token:other")); got != codes.ResourceExhausted {
+		t.Errorf("%s %d: got %v, want %v", what, total+1, got, codes.ResourceExhausted)
 	}
 	endFirst()
 	for {
-		err := watch(ctx, "token:other")
+		err := open(ctx, "token:other")
 		if err == nil {
 			break
 		}
 		if status.Code(err) != codes.ResourceExhausted {
-			t.Fatalf("Watch once one ended: got %v, want an answer", err)
+			t.Fatalf("%s once one ended: got %v, want an answer", what, err)
 		}
 	}
 }

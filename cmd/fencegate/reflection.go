@@ -27,14 +27,35 @@ const maxReflectionStreams = 64
 // every slot from the others (TestRedTeam28ReadOnlyPrincipalTakesEveryHealthWatch).
 type streamSlots struct {
 	total, perCaller int
+	// authRequired refuses callers with no identity (the server requires
+	// one), what names the streams in refusals ("health watches"), and
+	// hint says what else to do.
+	authRequired bool
+	what, hint   string
 
 	mu   sync.Mutex
 	open int
 	by   map[string]int
 }
 
-func newStreamSlots(total int) *streamSlots {
-	return &streamSlots{total: total, perCaller: max(1, total/4), by: map[string]int{}}
+func newStreamSlots(total int, authRequired bool, what, hint string) *streamSlots {
+	return &streamSlots{total: total, perCaller: max(1, total/4), authRequired: authRequired, what: what, hint: hint, by: map[string]int{}}
+}
+
+// enter admits a stream of the caller of ctx: UNAUTHENTICATED for a
+// caller with no identity where one is required (as its writes are), and
+// RESOURCE_EXHAUSTED past the slots. release gives its slot back.
+func (s *streamSlots) enter(ctx context.Context) (release func(), err error) {
+	if s.authRequired {
+		if c := policy.CallerFrom(ctx); c == nil || c.Principal == "" {
+			return nil, status.Errorf(codes.Unauthenticated, "fencegate: %s need a verified client certificate or bearer token; %s", s.what, s.hint)
+		}
+	}
+	release, ok := s.take(ctx)
+	if !ok {
+		return nil, status.Errorf(codes.ResourceExhausted, "fencegate: as many %s are open as this server holds (%d, a quarter of them a caller's); %s, or retry later", s.what, s.total, s.hint)
+	}
+	return release, nil
 }
 
 // take takes a slot for the caller of ctx, and says whether it could.
@@ -82,19 +103,14 @@ func callerKey(ctx context.Context) string {
 // (RESOURCE_EXHAUSTED). It runs after the
 // authenticator's interceptor, which names the caller.
 func reflectionBounds(authRequired bool) grpc.StreamServerInterceptor {
-	slots := newStreamSlots(maxReflectionStreams)
+	slots := newStreamSlots(maxReflectionStreams, authRequired, "reflection streams", "the API's schema is in API.md")
 	return func(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 		if !strings.HasPrefix(info.FullMethod, "/grpc.reflection.") {
 			return handler(srv, ss)
 		}
-		if authRequired {
-			if c := policy.CallerFrom(ss.Context()); c == nil || c.Principal == "" {
-				return status.Error(codes.Unauthenticated, "fencegate: server reflection needs a verified client certificate or bearer token (the API's schema is in API.md)")
-			}
-		}
-		release, ok := slots.take(ss.Context())
-		if !ok {
-			return status.Errorf(codes.ResourceExhausted, "fencegate: as many reflection streams are open as this server holds (%d, a quarter of them a caller's); retry later", maxReflectionStreams)
+		release, err := slots.enter(ss.Context())
+		if err != nil {
+			return err
 		}
 		defer release()
 		return handler(srv, ss)

@@ -169,13 +169,13 @@ func (s *security) loadPolicy(c securityConfig, log *slog.Logger, reg prometheus
 // checkFileMode refuses a file that decides whom fencegate trusts when
 // users other than root and fencegate's own may change it, as sshd's
 // StrictModes does: the file writable by group or others, or owned by
-// another user; or a directory on its way from / (the path as given, and
-// once symbolic links are resolved) where group or others may write
-// without the sticky bit, or owned by another user: anyone of them could
+// another user; or a directory the path's resolution looks in (parentDirs:
+// links met half way included) where group or others may write without
+// the sticky bit, or owned by another user: anyone of them could
 // add a token, a rule or a CA, or rename a file of their own over it.
 // The private key (--key-file) may not be read by others either. A
 // directory on a file system mounted read-only (a Kubernetes ConfigMap's,
-// mode 0777) cannot be written, whatever its mode. A file that cannot be
+// mode 0777) cannot be written, whatever its mode (checkDir). A file that cannot be
 // stat'ed is the read's to report.
 func checkFileMode(flagName, path string) error {
 	fi, err := os.Stat(path)

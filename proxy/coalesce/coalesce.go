@@ -319,14 +319,6 @@ type Recheck struct{ f atomic.Pointer[SendCheck] }
 // Set makes f the check.
 func (r *Recheck) Set(f SendCheck) { r.f.Store(&f) }
 
-// Refusal is the check's answer for a write of fence with t.
-func (r *Recheck) Refusal(fence string, t tokens.Token) *tokens.RefusalError {
-	if f := r.f.Load(); f != nil {
-		return (*f)(fence, t)
-	}
-	return nil
-}
-
 // Sendable is a Caller the send check decides on (Sift).
 type Sendable interface {
 	Caller

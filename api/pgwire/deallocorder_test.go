@@ -49,3 +49,39 @@ func TestDeallocateThenParseInOneSegment(t *testing.T) {
 		t.Fatalf("SQL EXECUTE of the name, which holds COMMIT: got %q (%s), want fencegate's refusal", got, msg)
 	}
 }
+
+// TestQueryDeallocateThenParse: SQL DEALLOCATE in a simple Query, then a
+// Parse of the same name as COMMIT in the next segment: the name holds
+// the COMMIT, and SQL EXECUTE of it is refused. The Query's change is
+// applied before the Parse's, as the server ran them.
+func TestQueryDeallocateThenParse(t *testing.T) {
+	e := newEnv(t, pgwire.Config{})
+	tok, _ := e.lead(t, "querydealloc")
+	conn := e.hijack(t, "querydealloc", tok)
+	_ = conn.SetDeadline(time.Now().Add(60 * time.Second))
+	r := bufio.NewReader(conn)
+
+	b := rt26ExtMsg(nil, 'P', rt26CStr("qorder"), rt26CStr("SELECT 1"), []byte{0, 0})
+	b = rt26ExtMsg(b, 'S')
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if got, msg := rt25xTypes(rt25xUntilZ(t, r)); got != "1Z" {
+		t.Fatalf("Parse: got %q (%s)", got, msg)
+	}
+	if got, msg := rt25xTypes(rt25xQuery(t, conn, r, "DEALLOCATE qorder")); got != "CZ" {
+		t.Fatalf("DEALLOCATE: got %q (%s)", got, msg)
+	}
+	b = rt26ExtMsg(nil, 'P', rt26CStr("qorder"), rt26CStr("COMMIT"), []byte{0, 0})
+	b = rt26ExtMsg(b, 'S')
+	if _, err := conn.Write(b); err != nil {
+		t.Fatal(err)
+	}
+	if got, msg := rt25xTypes(rt25xUntilZ(t, r)); got != "1Z" {
+		t.Fatalf("Parse of COMMIT: got %q (%s)", got, msg)
+	}
+	got, msg := rt25xTypes(rt25xQuery(t, conn, r, "EXECUTE qorder"))
+	if got != "EZ" || !strings.Contains(msg, "fencegate") {
+		t.Fatalf("SQL EXECUTE of the name, which holds COMMIT: got %q (%s), want fencegate's refusal", got, msg)
+	}
+}

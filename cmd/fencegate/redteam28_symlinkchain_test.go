@@ -50,7 +50,7 @@ import (
 // privilege escalation round 25 closed for the path's own directories.
 func TestRedTeam28SymlinkChainThroughOtherUsersDir(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root to hand a directory to another user")
+		t.Fatal("needs root to hand a directory to another user (make test runs as root)")
 	}
 	const nobody = 65534
 	base, err := os.MkdirTemp("", "rt28-chain-") //nolint:usetesting // uid 65534 must reach it
@@ -156,7 +156,7 @@ func TestRedTeam28SymlinkChainThroughOtherUsersDir(t *testing.T) {
 // the same local replacement of the policy or token file as round 25's).
 func TestRedTeam28DotDotAfterDirectoryLink(t *testing.T) {
 	if os.Getuid() != 0 {
-		t.Skip("needs root to hand a directory to another user")
+		t.Fatal("needs root to hand a directory to another user (make test runs as root)")
 	}
 	const nobody = 65534
 	base, err := os.MkdirTemp("", "rt28-dotdot-") //nolint:usetesting // uid 65534 must reach it
